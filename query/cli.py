@@ -1,0 +1,320 @@
+"""The ``ebb`` command: a thin layer over ebb.storage and ebb.query.
+
+Exit codes: 0 success; 1 error (archive missing or damaged, I/O); 2 usage error; 3 input
+rejected (SPEC section 5, nothing was changed); 4 archive busy (another writer); 5 ``verify``
+found problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+EXIT_ERROR, EXIT_USAGE, EXIT_REJECTED, EXIT_BUSY, EXIT_VERIFY = 1, 2, 3, 4, 5
+
+EPILOG = """\
+exit codes: 0 ok, 1 error, 2 usage, 3 input rejected (archive unchanged),
+            4 archive busy (another process is updating it), 5 verify found problems
+
+typical session:
+  ebb init /data/arc --layout doubly --partitioning round-robin --G 3 --E 3 \\
+           --mode rebuild --max-lifetime 3600 --interval 60 --start 0
+  ebb load /data/arc batch-0.parquet --at 0        # initial bulk load at tau
+  ebb load /data/arc batch-1.parquet --at 60       # one periodic update per Delta
+  ebb probe /data/arc 42 ; ebb scan /data/arc --format csv --out now.csv
+  ebb stats /data/arc ; ebb plan /data/arc --updates 4 ; ebb verify /data/arc
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ebb",
+        description="ebb: an archive for data that expires. Windowed stream results are kept in "
+        "doubly partitioned (or wave) indices on disk, updated every Delta by touching only a few "
+        "sub-indices, and read by key probes and scans that never return expired records.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def cmd(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    c = cmd("init", "create an empty archive",
+            "Create an empty archive. The layout, time model and columns are fixed for its life; the "
+            "record schema is fixed by the first load.\n\n"
+            "Time is an integer count of chronons. A record is valid at t iff ts <= t < exp. Updates run "
+            "at tau + j*Delta; S bounds lifetimes and is rounded up to a multiple of Delta.")
+    c.add_argument("path", help="directory to create (must not exist or be empty)")
+    c.add_argument("--layout", required=True, choices=["doubly", "wave"],
+                   help="doubly: G x E sub-indices split on insertion and expiration time; "
+                   "wave: n sub-indices split on one of them")
+    c.add_argument("--partitioning", default="round-robin", choices=["round-robin", "chronological", "random"],
+                   help="doubly only: how slots map to rows and columns (default: round-robin)")
+    c.add_argument("--split", default="insertion", choices=["insertion", "expiration"],
+                   help="wave only: split by insertion (R-ins/D-ins) or expiration time (R-exp/D-exp)")
+    c.add_argument("--G", type=int, help="doubly: partitions of insertion time (default 2)")
+    c.add_argument("--E", type=int, help="doubly: partitions of expiration time (default 2)")
+    c.add_argument("--n", type=int, help="wave: number of sub-indices (default 4)")
+    c.add_argument("--mode", required=True, choices=["rebuild", "norebuild"],
+                   help="rebuild: rewrite touched sub-indices, one bucket per key (REINDEX); "
+                   "norebuild: fixed-size buckets changed in place, copy-on-write (DEL)")
+    c.add_argument("--max-lifetime", type=int, required=True, metavar="S", help="largest lifetime exp - ts, in chronons")
+    c.add_argument("--interval", type=int, required=True, metavar="DELTA", help="time between updates, in chronons")
+    c.add_argument("--start", type=int, required=True, metavar="TAU", help="time of the initial bulk load")
+    c.add_argument("--key-column", default="key", help="search key column, int64 or string (default: key)")
+    c.add_argument("--ts-column", default="ts", help="start-of-validity column, int64 (default: ts)")
+    c.add_argument("--exp-column", default="exp", help="expiration column, int64, exclusive (default: exp)")
+    c.add_argument("--accept-overlong", action="store_true",
+                   help="store records whose lifetime exceeds S instead of rejecting the batch")
+    c.add_argument("--bucket-capacity", type=int, metavar="BYTES",
+                   help="norebuild: bucket (slot) size; default: sized at the first load for ~2.5 buckets per key per sub-index")
+    c.add_argument("--time-unit", help="what one chronon is (e.g. s, ms); recorded for readers")
+    c.add_argument("--seed", type=int, default=0, help="random partitioning: the hash seed (default: drawn at random)")
+
+    c = cmd("load", "apply one periodic update from a Parquet file",
+            "Apply one update at time T = TAU + j*DELTA: delete every record with exp <= T, then insert "
+            "the file's records. The first load may be at TAU (the initial bulk load). The update is atomic: "
+            "a bad batch is rejected whole (exit 3) and a crash leaves the archive as before or after it.")
+    c.add_argument("path", help="archive directory")
+    c.add_argument("input", help="Parquet file with the key, ts and exp columns and any payload columns")
+    c.add_argument("--at", type=int, required=True, metavar="T", help="update time, TAU + j*DELTA, after the last update")
+    c.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    c.add_argument("--format", choices=["table", "json"], default="table", help="how to print the update's record")
+
+    for name, helptext in (("probe", "records with one key (or a key range) valid at a time"),
+                           ("scan", "every record valid at a time")):
+        c = cmd(name, helptext,
+                f"{helptext[0].upper() + helptext[1:]}. Only records with ts <= AS_OF < exp are returned; "
+                "AS_OF defaults to the time of the last update and may not be earlier.")
+        c.add_argument("path", help="archive directory")
+        if name == "probe":
+            c.add_argument("key", help="search key (parsed as the archive's key type)")
+            c.add_argument("--to", metavar="KEY2", help="probe the inclusive range KEY..KEY2 instead of one key")
+            c.add_argument("--server", metavar="URL", help=argparse.SUPPRESS)
+        c.add_argument("--as-of", type=int, metavar="T", help="time of validity (default: last update time)")
+        c.add_argument("--format", choices=["table", "jsonl", "csv", "parquet"], default="table", help="output format (default: table)")
+        c.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
+
+    c = cmd("stats", "sizes, slots and the I/O of every update",
+            "Show the archive's configuration, each sub-index's size (records, bytes, buckets) and the "
+            "insertion and expiration slots it currently holds, and the update log: per update the sub-indices "
+            "read and written, buckets and bytes read and written (by ebb and by the OS), records inserted, "
+            "deleted and dropped as already expired, and wall time.")
+    c.add_argument("path", help="archive directory")
+    c.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
+    c.add_argument("--updates", type=int, default=10, metavar="N", help="table format: show the last N updates (default 10)")
+
+    c = cmd("plan", "which sub-indices the next updates will touch",
+            "List, for each of the next N updates, the sub-indices (numbered I1..In as in SPEC section 3) "
+            "that it inserts into and deletes from.")
+    c.add_argument("path", help="archive directory")
+    c.add_argument("--updates", type=int, default=4, metavar="N", help="how many updates to plan (default 4)")
+    c.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
+
+    c = cmd("verify", "check every invariant and checksum",
+            "Check the committed state: bucket checksums, directory entries, sort order, that no expired "
+            "record is stored, that every record is in the sub-index SPEC section 3 assigns it, and the "
+            "manifest's sizes. Exits 5 if anything is wrong.")
+    c.add_argument("path", help="archive directory")
+
+    c = cmd("demo", "run the built-in demo end to end",
+            "Create an archive of sensor readings (sensors polled every 5, 10 and 15 minutes; a reading is "
+            "valid until the next poll), run periodic updates, and print what each update loaded and its I/O, "
+            "a probe, and a final verify.")
+    c.add_argument("--dir", help="where to put the demo archive (default: a new temporary directory)")
+    c.add_argument("--updates", type=int, default=24, help="periodic updates to run (default 24)")
+    c.add_argument("--sensors", type=int, default=20000, help="number of sensors (default 20000)")
+    return p
+
+
+def _fail(msg: str, code: int) -> int:
+    print(f"ebb: error: {msg}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from ..storage.archive import ArchiveBusy, ArchiveError
+    from ..storage.validate import RejectedBatch
+
+    try:
+        return int(globals()[f"_cmd_{args.command}"](args) or 0)
+    except RejectedBatch as e:
+        return _fail(str(e), EXIT_REJECTED)
+    except ArchiveBusy as e:
+        return _fail(str(e), EXIT_BUSY)
+    except (ArchiveError, FileNotFoundError, ValueError) as e:
+        return _fail(str(e), EXIT_ERROR)
+    except BrokenPipeError:
+        return 0
+
+
+# -- commands ------------------------------------------------------------------------------------
+def _cmd_init(a) -> int:
+    from ..storage.archive import Archive
+    from ..storage.manifest import ArchiveConfig
+    from ..storage.timemodel import TimeModel
+
+    if a.layout == "doubly" and a.n is not None:
+        return _fail("--n is for wave indices; a doubly partitioned index takes --G and --E", EXIT_USAGE)
+    if a.layout == "wave" and (a.G is not None or a.E is not None):
+        return _fail("--G/--E are for doubly partitioned indices; a wave index takes --n", EXIT_USAGE)
+    tm = TimeModel.create(a.start, a.interval, a.max_lifetime)
+    cfg = ArchiveConfig(
+        layout=a.layout, partitioning=a.partitioning, split=a.split, G=a.G or 2, E=a.E or 2, n_wave=a.n or 4,
+        mode=a.mode, tau=tm.tau, delta=tm.delta, max_lifetime=tm.max_lifetime, key_column=a.key_column,
+        ts_column=a.ts_column, exp_column=a.exp_column, accept_overlong=a.accept_overlong,
+        bucket_capacity=a.bucket_capacity, seed=a.seed, time_unit=a.time_unit,
+    )
+    with Archive.create(a.path, cfg) as arc:
+        note = f" (S rounded up to {tm.max_lifetime})" if tm.max_lifetime != a.max_lifetime else ""
+        print(f"created {arc.path}: {cfg.layout_obj.describe()}, {cfg.mode}, n={cfg.n}, "
+              f"tau={cfg.tau} Delta={cfg.delta} S={cfg.max_lifetime}{note} p={tm.p}")
+    return 0
+
+
+def _cmd_load(a) -> int:
+    from ..storage.archive import Archive
+
+    if not os.path.exists(a.input):
+        return _fail(f"input file {a.input} does not exist", EXIT_REJECTED)
+    with Archive(a.path) as arc:
+        progress = None if a.quiet else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+        rec = arc.load_parquet(a.input, a.at, progress)
+    if a.quiet:
+        return 0
+    if a.format == "json":
+        print(json.dumps(rec, indent=2))
+    else:
+        print(_update_line(rec))
+    return 0
+
+
+def _update_line(r: dict) -> str:
+    return (f"update {r['seq']} at T={r['time']} (slot {r['slot']}, {r['kind']}): +{r['inserted']} -{r['deleted']} "
+            f"dropped {r['dropped_expired']} expired; touched {_ids(r['subindices_touched'])}; "
+            f"read {r['buckets_read']} buckets/{_size(r['bytes_read'])}, wrote {r['buckets_written']} buckets/{_size(r['bytes_written'])} "
+            f"(OS: read {_size(r['os_read_bytes'])}, wrote {_size(r['os_write_bytes'])}); {r['wall_seconds'] * 1000:.1f} ms")
+
+
+def _ids(xs) -> str:
+    return "{" + ",".join(f"I{x}" for x in xs) + "}"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _cmd_probe(a) -> int:
+    from ..storage import keys as keycodec
+    from .output import write
+    from .reader import ArchiveReader
+
+    with ArchiveReader(a.path) as r:
+        schema = r.result_schema()
+        if not len(schema):
+            print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
+            return 0
+        kt = schema.field(r.archive.config.key_column).type
+        lo = keycodec.parse(a.key, kt)
+        t = r.probe_range(lo, keycodec.parse(a.to, kt), a.as_of) if a.to is not None else r.probe(lo, a.as_of)
+        n = write(t.to_batches(), schema, a.format, a.out)
+    if a.out or a.format == "table":
+        print(f"{n} records", file=sys.stderr)
+    return 0
+
+
+def _cmd_scan(a) -> int:
+    from .output import write
+    from .reader import ArchiveReader
+
+    with ArchiveReader(a.path) as r:
+        schema = r.result_schema()
+        if not len(schema):
+            print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
+            return 0
+        n = write(r.scan(a.as_of), schema, a.format, a.out)
+    if a.out or a.format == "table":
+        print(f"{n} records", file=sys.stderr)
+    return 0
+
+
+def _cmd_stats(a) -> int:
+    from ..storage.archive import Archive
+
+    with Archive(a.path) as arc:
+        s = arc.stats()
+    if a.format == "json":
+        print(json.dumps(s, indent=2))
+        return 0
+    c = s["config"]
+    print(f"archive   {s['path']}")
+    print(f"layout    {s['layout']}, {c['mode']}, n={s['n']}")
+    print(f"time      tau={c['tau']} Delta={c['delta']} S={c['max_lifetime']} p={s['p']}"
+          + (f" ({c['time_unit']})" if c.get("time_unit") else ""))
+    print(f"state     {s['updates']} updates, last at {s['last_update_time']}; {s['records']} records, {_size(s['bytes'])}"
+          + (f"; bucket capacity {s['bucket_capacity']} B" if s["bucket_capacity"] else ""))
+    if s["schema"]:
+        print(f"schema    {', '.join(s['schema'])}")
+    print()
+    print(f"{'sub':>5} {'records':>10} {'bytes':>12} {'buckets':>8}  {'insertion slots':<22} expiration slots")
+    for x in s["subindices"]:
+        fmt = lambda runs: ",".join(f"{a_}..{b_}" if a_ != b_ else str(a_) for a_, b_ in runs) or "-"
+        print(f"{'I' + str(x['subindex']):>5} {x['records']:>10} {x['bytes']:>12} {x['buckets']:>8}  "
+              f"{fmt(x['insertion_slots']):<22} {fmt(x['expiration_slots'])}")
+    log = s["update_log"][-a.updates:] if a.updates else []
+    if log:
+        print(f"\nlast {len(log)} updates:")
+        for r in log:
+            print("  " + _update_line(r))
+    return 0
+
+
+def _cmd_plan(a) -> int:
+    from ..storage.archive import Archive
+
+    with Archive(a.path) as arc:
+        plan = arc.plan(a.updates)
+    if a.format == "json":
+        print(json.dumps(plan, indent=2))
+        return 0
+    print(f"{'slot':>6} {'time':>10}  {'insert into':<24} delete from")
+    for p in plan:
+        print(f"{p['slot']:>6} {p['time']:>10}  {_ids(p['insert_into']):<24} {_ids(p['delete_from'])}")
+    return 0
+
+
+def _cmd_verify(a) -> int:
+    from ..storage.archive import Archive
+    from ..storage.verify import verify
+
+    with Archive(a.path) as arc:
+        problems, notes = verify(arc)
+    for n in notes:
+        print(f"note: {n}")
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    if problems:
+        print(f"verify: {len(problems)} problems found", file=sys.stderr)
+        return EXIT_VERIFY
+    print("verify: ok")
+    return 0
+
+
+def _cmd_demo(a) -> int:
+    from .demo import run_demo
+
+    return run_demo(a.dir, a.updates, a.sensors)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

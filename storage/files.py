@@ -1,0 +1,77 @@
+"""Names and durable writes of the archive's files (docs/format.md lists them all)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+
+import numpy as np
+
+MARKER = "EBB"  # identifies an archive directory; holds the format version
+LOCK = "LOCK"  # flock'd by the one process that may update the archive
+INDEX_DIR = "index"  # the LMDB environment
+DATA_DIR = "data"  # bucket files
+
+_RB = re.compile(r"^I(\d{4})-(\d{6})\.rb$")
+_NR = re.compile(r"^I(\d{4})\.nr$")
+
+
+def rebuild_file(i: int, generation: int) -> str:
+    """Rebuild bucket file of sub-index i (0-based; shown as I{i+1})."""
+    return f"I{i + 1:04d}-{generation:06d}.rb"
+
+
+def norebuild_file(i: int) -> str:
+    """NoRebuild slot file of sub-index i (0-based)."""
+    return f"I{i + 1:04d}.nr"
+
+
+def parse_data_file(name: str) -> tuple[str, int, int] | None:
+    """("rb", i, generation) or ("nr", i, 0) for a data file name, else None."""
+    m = _RB.match(name)
+    if m:
+        return ("rb", int(m.group(1)) - 1, int(m.group(2)))
+    m = _NR.match(name)
+    if m:
+        return ("nr", int(m.group(1)) - 1, 0)
+    return None
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: np.ndarray | bytes, offset: int) -> int:
+    """pwrite until every byte is written; returns bytes written."""
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+    return done
+
+
+class MappedFile:
+    """A read-only memory map of a bucket file, exposed as a numpy uint8 array.
+
+    ``close`` releases the mapping; callers must not keep views of ``array`` past it (the
+    codec copies what it decodes, so nothing does)."""
+
+    def __init__(self, path: str):
+        self._fd = os.open(path, os.O_RDONLY)
+        size = os.fstat(self._fd).st_size
+        self._mm = mmap.mmap(self._fd, size, prot=mmap.PROT_READ) if size else None
+        self.array = np.frombuffer(self._mm, dtype=np.uint8) if self._mm else np.zeros(0, np.uint8)
+
+    def close(self) -> None:
+        self.array = None
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,54 @@
+"""The archive's time model (SPEC section 1): chronons, slots and update times.
+
+Slot ``j`` covers ``(tau + (j-1)*Delta, tau + j*Delta]``; the update of slot ``j`` runs at
+``T_j = tau + j*Delta``. ``S`` is rounded up to a multiple of ``Delta`` and ``p = S / Delta``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Integer time model of one archive. All arguments are chronons."""
+
+    tau: int
+    delta: int
+    max_lifetime: int  # S, already rounded up to a multiple of delta
+
+    @staticmethod
+    def create(tau: int, delta: int, max_lifetime: int) -> "TimeModel":
+        """Validates the parameters and rounds S up to a multiple of Delta."""
+        if delta <= 0:
+            raise ValueError(f"--interval (Delta) must be a positive integer, got {delta}")
+        if max_lifetime <= 0:
+            raise ValueError(f"--max-lifetime (S) must be a positive integer, got {max_lifetime}")
+        s = -(-max_lifetime // delta) * delta
+        return TimeModel(tau=int(tau), delta=int(delta), max_lifetime=int(s))
+
+    @property
+    def p(self) -> int:
+        """Number of slots in one lifetime bound: S / Delta."""
+        return self.max_lifetime // self.delta
+
+    def slot(self, t: int) -> int:
+        """slot(t) = ceil((t - tau) / Delta)."""
+        return -((self.tau - t) // self.delta)
+
+    def slots(self, t: np.ndarray) -> np.ndarray:
+        """Vectorised ``slot`` over an int64 array."""
+        return -((self.tau - t.astype(np.int64)) // self.delta)
+
+    def time_of(self, j: int) -> int:
+        """T_j = tau + j * Delta: the time at which the update of slot j runs."""
+        return self.tau + j * self.delta
+
+    def update_slot(self, t: int) -> int | None:
+        """The slot j with T_j == t, or None if t is not on the update grid."""
+        off = t - self.tau
+        if off % self.delta:
+            return None
+        return off // self.delta

@@ -1,0 +1,94 @@
+"""Checks an incoming batch against SPEC section 5 before anything is written.
+
+A batch is rejected whole: every problem is collected, each named with the number of offending
+rows and the first of them, and ``RejectedBatch`` carries the combined message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import keys as keycodec
+from .manifest import ArchiveConfig, ArchiveState
+from .schema import SchemaError, archive_schema, conform
+
+
+class RejectedBatch(ValueError):
+    """The batch or the update time violates SPEC section 5; the archive was not changed."""
+
+
+def update_slot(config: ArchiveConfig, state: ArchiveState, at: int) -> int:
+    """The slot j of an update at time ``at``, or RejectedBatch if ``at`` is not allowed."""
+    tm = config.time
+    j = tm.update_slot(at)
+    if j is None:
+        raise RejectedBatch(
+            f"update time {at} is not tau + j*Delta (tau={tm.tau}, Delta={tm.delta}); "
+            f"the nearest update times are {tm.time_of((at - tm.tau) // tm.delta)} and {tm.time_of((at - tm.tau) // tm.delta + 1)}"
+        )
+    if state.last_slot is None:
+        if j < 0:
+            raise RejectedBatch(f"update time {at} is before the archive's start time tau={tm.tau}")
+    elif j <= state.last_slot:
+        raise RejectedBatch(
+            f"update time {at} is not after the last update at {tm.time_of(state.last_slot)}; "
+            f"the next update time is {tm.time_of(state.last_slot + 1)}"
+        )
+    return j
+
+
+def _first_row(mask: np.ndarray, table: pa.Table, config: ArchiveConfig) -> str:
+    i = int(np.flatnonzero(mask)[0])
+    row = {c: table.column(c)[i].as_py() for c in (config.key_column, config.ts_column, config.exp_column)}
+    return f"first at row {i}: " + ", ".join(f"{k}={v!r}" for k, v in row.items())
+
+
+def conform_batch(table: pa.Table, config: ArchiveConfig, schema: pa.Schema | None) -> tuple[pa.Table, pa.Schema]:
+    """The batch cast to the archive schema (derived from this batch on the first load)."""
+    try:
+        if schema is None:
+            schema = archive_schema(table.schema, config.key_column, config.ts_column, config.exp_column)
+        return conform(table, schema), schema
+    except SchemaError as e:
+        raise RejectedBatch(str(e)) from None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise RejectedBatch(f"schema does not match the archive's: {e}") from None
+
+
+def check_rows(table: pa.Table, config: ArchiveConfig, at: int) -> None:
+    """Raises RejectedBatch listing every row-level problem of SPEC section 5."""
+    k, ts, exp = config.key_column, config.ts_column, config.exp_column
+    problems: list[str] = []
+    n = table.num_rows
+    if n == 0:
+        return
+    for col in (k, ts, exp):
+        nulls = table.column(col).null_count
+        if nulls:
+            mask = table.column(col).is_null().to_numpy(zero_copy_only=False)
+            problems.append(f"{nulls} rows have a null {col} ({_first_row(mask, table, config)})")
+    tsv = table.column(ts).fill_null(0).to_numpy()
+    expv = table.column(exp).fill_null(0).to_numpy()
+    present = ~(
+        table.column(ts).is_null().to_numpy(zero_copy_only=False) | table.column(exp).is_null().to_numpy(zero_copy_only=False)
+    )
+    checks = [
+        (present & (expv <= tsv), f"have {exp} <= {ts} (an empty validity interval)"),
+        (present & (tsv > at), f"have {ts} after the update time {at}"),
+    ]
+    if not config.accept_overlong:
+        checks.append(
+            (present & (expv - tsv > config.max_lifetime),
+             f"have a lifetime {exp} - {ts} over S={config.max_lifetime} (create the archive with --accept-overlong to store them)")
+        )
+    for mask, what in checks:
+        c = int(np.count_nonzero(mask))
+        if c:
+            problems.append(f"{c} rows {what} ({_first_row(mask, table, config)})")
+    long_keys = keycodec.too_long(table.column(k))
+    if long_keys:
+        problems.append(f"{long_keys} rows have a key longer than {keycodec.MAX_STRING_KEY_BYTES} bytes")
+    if problems:
+        raise RejectedBatch("batch rejected, nothing was loaded: " + "; ".join(problems))
