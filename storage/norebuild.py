@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import directory, keys as keycodec, slot_allocator
+from .faults import crash_point
 from .files import MappedFile, fsync_dir, norebuild_file
 from .manifest import SubIndexState, read_free, write_free
 from .records import descriptors, key_runs, sort_by_key_exp
@@ -114,6 +115,7 @@ def maintain(ctx: UpdateContext, work: SubIndexWork, old: SubIndexState) -> SubI
         free = alloc.free
         path = os.path.join(ctx.data_dir, norebuild_file(i))
         _write_slots(path, buf, starts, alloc.starts * cap, alloc.high_water * cap, created=ctx.created)
+        crash_point("norebuild.slots_written")
         res.state.slots = alloc.high_water
         new_descs = descriptors(merged, cfg.exp_column, bounds, buf, starts, 0)
         new_descs["loc"] = alloc.starts * cap

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import directory, keys as keycodec
+from .faults import crash_point
 from .files import MappedFile, fsync_dir, rebuild_file, write_all
 from .manifest import SubIndexState
 from .records import descriptors, key_runs, sort_by_key_exp
@@ -78,6 +79,7 @@ def maintain(ctx: UpdateContext, work: SubIndexWork, old: SubIndexState) -> SubI
             bounds = key_runs(merged, cfg.key_column)
             buf, starts = codec.encode(merged, bounds)
             write_all(fd, buf, offset)
+            crash_point("rebuild.chunk_written")
             out_descs.append(descriptors(merged, cfg.exp_column, bounds, buf, starts, offset))
             out_keys.extend(keycodec.encode(merged.column(cfg.key_column).take(pa.array(bounds[:-1]))))
             offset += buf.size
@@ -87,6 +89,7 @@ def maintain(ctx: UpdateContext, work: SubIndexWork, old: SubIndexState) -> SubI
         if src is not None:
             src.close()
     fsync_dir(ctx.data_dir)
+    crash_point("rebuild.file_synced")
     descs = np.concatenate(out_descs) if out_descs else np.zeros(0, directory.DESC)
     directory.replace_all(ctx.txn, db, out_keys, np.arange(len(out_keys), dtype=np.int64), descs)
     res.buckets_written = int(descs.size)

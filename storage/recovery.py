@@ -13,6 +13,7 @@ import os
 
 import lmdb
 
+from .faults import crash_point
 from .files import norebuild_file, parse_data_file, rebuild_file
 from .lmdb_env import oldest_reader_txn
 from .manifest import read_config, read_garbage, read_state, write_garbage
@@ -60,6 +61,7 @@ def collect_garbage(env: lmdb.Environment, meta, data_dir: str) -> list[str]:
                     os.remove(os.path.join(data_dir, name))
                 except FileNotFoundError:
                     pass
+                crash_point("gc.file_removed")
                 done.append(name)
             else:
                 keep.append([name, freed_by])

@@ -66,7 +66,10 @@ def archive_schema(input_schema: pa.Schema, key: str, ts: str, exp: str) -> pa.S
         raise SchemaError(f"column name {INS_SLOT!r} is reserved")
     fields = []
     for f in input_schema:
-        t = _storable(f.type)
+        try:
+            t = _storable(f.type)
+        except SchemaError as e:
+            raise SchemaError(f"column {f.name!r}: {e}") from None
         if f.name in (ts, exp) and not pa.types.is_integer(t):
             raise SchemaError(f"the {f.name!r} column must be int64 chronons, got {f.type}")
         if f.name in (ts, exp):

@@ -25,6 +25,7 @@ from .manifest import (
     ArchiveConfig, ArchiveState, append_update_record, read_garbage, read_schema, read_state,
     write_garbage, write_schema, write_state, read_config,
 )
+from .faults import crash_point
 from .records import key_runs, with_ins_slot
 from .validate import RejectedBatch, check_rows, conform_batch, update_slot
 from .work import SubIndexWork, UpdateContext
@@ -48,6 +49,7 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None) -
         first = state.last_slot is None
         table, schema = conform_batch(table, cfg, read_schema(txn, meta))
         check_rows(table, cfg, at)
+        crash_point("update.validated")
         codec = BucketCodec(schema)
 
         ts = table.column(cfg.ts_column).to_numpy()
@@ -95,6 +97,7 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None) -
             res = maintain(ctx, work, state.subindices[i])
             state.subindices[i] = res.state
             results.append(res)
+            crash_point("update.subindex_done")
 
         if first:
             write_schema(txn, meta, schema)
@@ -128,7 +131,9 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None) -
         record.update(io_delta(io0, proc_io()))
         record["wall_seconds"] = round(time.perf_counter() - t0, 6)
         append_update_record(txn, archive.updates_db, state.update_seq, record)
+        crash_point("update.before_commit")
         txn.commit()
+        crash_point("update.after_commit")
         return record
     except BaseException:
         txn.abort()

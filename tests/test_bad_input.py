@@ -1,0 +1,175 @@
+"""SPEC section 5: every kind of bad batch is rejected whole, with a message naming the problem
+and the number of offending rows, exit code 3, and the archive exactly as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ebb.storage.archive import Archive
+from ebb.query.reader import ArchiveReader
+
+from support import SCHEMA, config, ebb, rows_multiset
+
+TAU, DELTA, S = 100, 10, 50
+
+
+def good_rows(T, n=20, tag="g"):
+    return [{"key": i % 4, "ts": T - (i % DELTA), "exp": T - (i % DELTA) + 1 + (i * 7) % S, "payload": f"{tag}{i}"} for i in range(n)]
+
+
+@pytest.fixture
+def archive(tmp_path):
+    path = str(tmp_path / "arc")
+    with Archive.create(path, config(tau=TAU, delta=DELTA, max_lifetime=S, mode="norebuild")) as arc:
+        arc.load(pa.Table.from_pylist(good_rows(TAU, 60), schema=SCHEMA), TAU)
+        arc.load(pa.Table.from_pylist(good_rows(TAU + DELTA, tag="h"), schema=SCHEMA), TAU + DELTA)
+    return path
+
+
+def fingerprint(path):
+    """Everything observable: stats (incl. update log), files and their sizes, and reads."""
+    st = ebb("stats", path, "--format", "json")
+    assert st.returncode == 0, st.stderr
+    files = sorted((f, os.path.getsize(os.path.join(path, "data", f))) for f in os.listdir(os.path.join(path, "data")))
+    with ArchiveReader(path) as r:
+        reads = (rows_multiset(r.scan_table()), rows_multiset(r.scan_table(as_of=TAU + DELTA + 7)),
+                 rows_multiset(r.probe(1)), rows_multiset(r.probe_range(1, 2)))
+    return json.loads(st.stdout), files, reads
+
+
+def write(tmp_path, rows_or_table, schema=SCHEMA, name="in.parquet"):
+    t = rows_or_table if isinstance(rows_or_table, pa.Table) else pa.Table.from_pylist(rows_or_table, schema=schema)
+    p = tmp_path / name
+    pq.write_table(t, p)
+    return p
+
+
+T_NEXT = TAU + 2 * DELTA
+
+
+def with_bad(n_bad, change):
+    rows = good_rows(T_NEXT)
+    for r in rows[3 : 3 + n_bad]:
+        change(r)
+    return rows
+
+
+CASES = {
+    "exp <= ts": (with_bad(3, lambda r: r.update(exp=r["ts"])), T_NEXT, ["3 rows", "exp <= ts"]),
+    "exp < ts": (with_bad(2, lambda r: r.update(exp=r["ts"] - 5)), T_NEXT, ["2 rows", "exp <= ts"]),
+    "ts after T": (with_bad(4, lambda r: r.update(ts=T_NEXT + 1, exp=T_NEXT + 5)), T_NEXT, ["4 rows", "after the update time"]),
+    "null key": (with_bad(1, lambda r: r.update(key=None)), T_NEXT, ["1 rows", "null key"]),
+    "null ts": (with_bad(2, lambda r: r.update(ts=None)), T_NEXT, ["2 rows", "null ts"]),
+    "null exp": (with_bad(5, lambda r: r.update(exp=None)), T_NEXT, ["5 rows", "null exp"]),
+    "lifetime over S": (with_bad(3, lambda r: r.update(exp=r["ts"] + S + 1)), T_NEXT, ["3 rows", "over S=50"]),
+    "time off the grid": (good_rows(T_NEXT), T_NEXT + 3, ["not tau + j*Delta"]),
+    "time equal to last": (good_rows(TAU + DELTA), TAU + DELTA, ["not after the last update"]),
+    "time before last": (good_rows(TAU), TAU, ["not after the last update"]),
+    "time before tau": (good_rows(TAU - DELTA), TAU - DELTA, ["not after the last update"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rejected_and_unchanged(tmp_path, archive, case):
+    rows, at, words = CASES[case]
+    before = fingerprint(archive)
+    r = ebb("load", archive, write(tmp_path, rows), "--at", at)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert fingerprint(archive) == before
+    # the archive still takes the next good update
+    assert ebb("load", archive, write(tmp_path, good_rows(T_NEXT, tag="ok"), name="ok.parquet"), "--at", T_NEXT).returncode == 0
+
+
+def test_all_problems_reported_together(tmp_path, archive):
+    rows = good_rows(T_NEXT)
+    rows[0]["exp"] = rows[0]["ts"]
+    rows[1]["key"] = None
+    rows[2]["exp"] = rows[2]["ts"] + S + 9
+    r = ebb("load", archive, write(tmp_path, rows), "--at", T_NEXT)
+    assert r.returncode == 3
+    assert "1 rows have a null key" in r.stderr and "exp <= ts" in r.stderr and "over S" in r.stderr
+
+
+SCHEMA_CASES = {
+    "missing payload": (pa.schema([("key", pa.int64()), ("ts", pa.int64()), ("exp", pa.int64())]), "missing columns: payload"),
+    "extra column": (SCHEMA.append(pa.field("extra", pa.float64())), "unexpected columns: extra"),
+    "payload type": (pa.schema([("key", pa.int64()), ("ts", pa.int64()), ("exp", pa.int64()), ("payload", pa.float64())]), "wrong types: payload"),
+    "key type": (pa.schema([("key", pa.string()), ("ts", pa.int64()), ("exp", pa.int64()), ("payload", pa.string())]), "wrong types: key"),
+    "ts type": (pa.schema([("key", pa.int64()), ("ts", pa.float64()), ("exp", pa.int64()), ("payload", pa.string())]), "wrong types: ts"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCHEMA_CASES))
+def test_schema_mismatch(tmp_path, archive, case):
+    schema, words = SCHEMA_CASES[case]
+    cols = {f.name: pa.array([1, 2], f.type) if not pa.types.is_string(f.type) else pa.array(["1", "2"]) for f in schema}
+    cols["ts"] = pa.array([T_NEXT, T_NEXT], schema.field("ts").type)
+    cols["exp"] = pa.array([T_NEXT + 5, T_NEXT + 6], schema.field("exp").type)
+    before = fingerprint(archive)
+    r = ebb("load", archive, write(tmp_path, pa.table(cols, schema=schema)), "--at", T_NEXT)
+    assert r.returncode == 3, r.stderr
+    assert "schema does not match" in r.stderr and words in r.stderr, r.stderr
+    assert fingerprint(archive) == before
+
+
+def test_unreadable_and_missing_input(tmp_path, archive):
+    before = fingerprint(archive)
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet at all")
+    r = ebb("load", archive, junk, "--at", T_NEXT)
+    assert r.returncode == 3 and "cannot read" in r.stderr
+    r = ebb("load", archive, tmp_path / "nope.parquet", "--at", T_NEXT)
+    assert r.returncode == 3 and "does not exist" in r.stderr
+    assert fingerprint(archive) == before
+
+
+def test_first_load_schema_problems(tmp_path):
+    path = tmp_path / "fresh"
+    assert ebb("init", path, "--layout", "doubly", "--G", 2, "--E", 2, "--mode", "rebuild", "--max-lifetime", S,
+               "--interval", DELTA, "--start", TAU).returncode == 0
+    t = pa.table({"key": [1], "ts": [TAU], "payload": ["x"]})
+    r = ebb("load", path, write(tmp_path, t), "--at", TAU)
+    assert r.returncode == 3 and "exp column 'exp' is missing" in r.stderr
+    t = pa.table({"key": pa.array([[1]], pa.list_(pa.int64())), "ts": [TAU], "exp": [TAU + 1]})
+    r = ebb("load", path, write(tmp_path, t, name="b.parquet"), "--at", TAU)
+    assert r.returncode == 3 and "key" in r.stderr
+    t = pa.table({"key": ["x" * 600], "ts": [TAU], "exp": [TAU + 1]})
+    r = ebb("load", path, write(tmp_path, t, name="c.parquet"), "--at", TAU)
+    assert r.returncode == 3 and "longer than 510 bytes" in r.stderr
+    assert json.loads(ebb("stats", path, "--format", "json").stdout)["schema"] is None
+
+
+def test_overlong_accepted_when_configured(tmp_path):
+    """With --accept-overlong, lifetimes over S are stored and stay correct until they expire."""
+    path = str(tmp_path / "long")
+    with Archive.create(path, config(tau=TAU, delta=DELTA, max_lifetime=S, accept_overlong=True)) as arc:
+        rows = [{"key": 1, "ts": TAU, "exp": TAU + 3 * S, "payload": "long"}, {"key": 1, "ts": TAU, "exp": TAU + 5, "payload": "short"}]
+        arc.load(pa.Table.from_pylist(rows, schema=SCHEMA), TAU)
+        for j in range(1, 3 * S // DELTA + 2):
+            T = TAU + j * DELTA
+            arc.load(pa.Table.from_pylist([], schema=SCHEMA), T)
+            with ArchiveReader(arc) as r:
+                got = [x["payload"] for x in r.probe(1).to_pylist()]
+            assert got == (["long"] if T < TAU + 3 * S else []), (T, got)
+        from ebb.storage.verify import verify
+
+        assert verify(arc)[0] == []
+
+
+def test_bad_init_arguments(tmp_path):
+    r = ebb("init", tmp_path / "x", "--layout", "doubly", "--partitioning", "chronological", "--G", 9, "--E", 2,
+            "--mode", "rebuild", "--max-lifetime", 16, "--interval", 2, "--start", 0)
+    assert r.returncode == 1 and "at most p" in r.stderr
+    r = ebb("init", tmp_path / "y", "--layout", "wave", "--n", 4, "--mode", "rebuild", "--max-lifetime", 0, "--interval", 2, "--start", 0)
+    assert r.returncode == 1 and "max-lifetime" in r.stderr
+    r = ebb("init", tmp_path / "z", "--layout", "wave", "--G", 2, "--mode", "rebuild", "--max-lifetime", 8, "--interval", 2, "--start", 0)
+    assert r.returncode == 2
+    r = ebb("probe", tmp_path / "nothing", "1")
+    assert r.returncode == 1 and "not an ebb archive" in r.stderr
