@@ -20,13 +20,27 @@ def is_int_key(t: pa.DataType) -> bool:
     return pa.types.is_integer(t)
 
 
-def encode(arr: pa.Array | pa.ChunkedArray) -> list[bytes]:
-    """Directory keys of an Arrow key column (no nulls), in the column's order."""
+def encode_arrow(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Directory keys of an Arrow key column (no nulls) as an Arrow binary array, so that key
+    sets can be sorted, deduplicated and matched with Arrow compute instead of Python."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
     if is_int_key(arr.type):
         v = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.int64)
-        return (v.view(np.uint64) ^ _SIGN).astype(">u8").view("V8").tolist()
-    prefixed = pc.binary_join_element_wise(pa.scalar(_PREFIX, pa.binary()), arr.cast(pa.binary()), pa.scalar(b"", pa.binary()))
-    return prefixed.to_pylist()
+        be = (v.view(np.uint64) ^ _SIGN).astype(">u8")
+        return pa.Array.from_buffers(pa.binary(8), len(v), [None, pa.py_buffer(be)]).cast(pa.binary())
+    return pc.binary_join_element_wise(pa.scalar(_PREFIX, pa.binary()), arr.cast(pa.binary()), pa.scalar(b"", pa.binary()))
+
+
+def encode(arr: pa.Array | pa.ChunkedArray) -> list[bytes]:
+    """Directory keys of an Arrow key column (no nulls), in the column's order."""
+    return encode_arrow(arr).to_pylist()
+
+
+def sorted_unique(keys: pa.Array) -> pa.Array:
+    """Distinct encoded keys in LMDB order (Arrow orders binary values bytewise, like LMDB)."""
+    u = pc.unique(keys)
+    return u.take(pc.sort_indices(u))
 
 
 def decode(keys: list[bytes], key_type: pa.DataType) -> pa.Array:

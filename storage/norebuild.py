@@ -57,19 +57,19 @@ def maintain(ctx: UpdateContext, work: SubIndexWork, old: SubIndexState) -> SubI
     i, db, T = work.i, ctx.dir_db[work.i], work.delete_upto
     res = SubIndexResult(i, SubIndexState(generation=0, slots=old.slots))
     rows = work.rows
-    new_key_list = keycodec.encode(rows.column(cfg.key_column)) if rows.num_rows else []
-    distinct_new = sorted(set(new_key_list))
+    # rows are sorted by key: their distinct keys are the first of each run, already in order
+    distinct_new = keycodec.encode_arrow(rows.column(cfg.key_column).take(pa.array(key_runs(rows, cfg.key_column)[:-1])))
     if T is not None:
         ent = directory.load_all(ctx.txn, db)
     else:
-        ent = directory.load_keys(ctx.txn, db, distinct_new)
+        ent = directory.load_keys(ctx.txn, db, distinct_new.to_pylist())
+    ent_keys = pa.array(ent.keys, pa.binary())
     d = ent.descs
     nbk = d.size
     full = (d["max_exp"] <= T) if T is not None else np.zeros(nbk, bool)
     part = ((d["min_exp"] <= T) & ~full) if T is not None else np.zeros(nbk, bool)
     # the last bucket of each key receiving new records is opened if it has room
-    new_set = set(distinct_new)
-    key_has_new = np.fromiter((k in new_set for k in ent.keys), dtype=bool, count=len(ent.keys))
+    key_has_new = pc.is_in(ent_keys, value_set=distinct_new).to_numpy(zero_copy_only=False).astype(bool)
     last_of_key = np.cumsum(ent.per_key_counts()) - 1
     open_ = np.zeros(nbk, bool)
     cand = last_of_key[key_has_new]
@@ -104,7 +104,7 @@ def maintain(ctx: UpdateContext, work: SubIndexWork, old: SubIndexState) -> SubI
     # write the new buckets copy-on-write
     free = read_free(ctx.txn, ctx.meta, i)
     new_descs = np.zeros(0, directory.DESC)
-    new_bucket_keys: list[bytes] = []
+    new_bucket_keys = pa.array([], pa.binary())
     if merged is not None and merged.num_rows:
         runs = key_runs(merged, cfg.key_column)
         bounds = pack(codec.row_sizes(merged), runs, cap)
@@ -119,7 +119,7 @@ def maintain(ctx: UpdateContext, work: SubIndexWork, old: SubIndexState) -> SubI
         res.state.slots = alloc.high_water
         new_descs = descriptors(merged, cfg.exp_column, bounds, buf, starts, 0)
         new_descs["loc"] = alloc.starts * cap
-        new_bucket_keys = keycodec.encode(merged.column(cfg.key_column).take(pa.array(bounds[:-1])))
+        new_bucket_keys = keycodec.encode_arrow(merged.column(cfg.key_column).take(pa.array(bounds[:-1])))
         res.buckets_written = int(new_descs.size)
         res.bytes_written = int(nbytes.sum())
     # free what was replaced: only after commit can these slots be reused
@@ -129,15 +129,15 @@ def maintain(ctx: UpdateContext, work: SubIndexWork, old: SubIndexState) -> SubI
     write_free(ctx.txn, ctx.meta, i, free)
 
     # directory: affected keys get their kept buckets plus the new ones
-    affected = sorted(set(ent.keys[k] for k in np.unique(ent.bucket_key[changed]).tolist()) | set(new_bucket_keys))
-    pos = {k: n for n, k in enumerate(affected)}
-    affected_old = np.array([pos.get(k, -1) for k in ent.keys], dtype=np.int64)
-    keep_mask = ~changed & (affected_old[ent.bucket_key] >= 0) if nbk else np.zeros(0, bool)
-    keep_idx = np.flatnonzero(keep_mask)
-    kb = np.concatenate([affected_old[ent.bucket_key[keep_idx]], np.array([pos[k] for k in new_bucket_keys], dtype=np.int64)])
+    changed_keys = ent_keys.take(pa.array(np.unique(ent.bucket_key[changed])))
+    affected = keycodec.sorted_unique(pa.concat_arrays([changed_keys, new_bucket_keys]))
+    old_pos = pc.index_in(ent_keys, value_set=affected).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    new_pos = pc.index_in(new_bucket_keys, value_set=affected).to_numpy(zero_copy_only=False).astype(np.int64)
+    keep_idx = np.flatnonzero(~changed & (old_pos[ent.bucket_key] >= 0)) if nbk else np.zeros(0, np.int64)
+    kb = np.concatenate([old_pos[ent.bucket_key[keep_idx]], new_pos])
     kd = np.concatenate([d[keep_idx], new_descs])
     order = np.argsort(kb, kind="stable")
-    directory.put_keys(ctx.txn, db, affected, kb[order], kd[order])
+    directory.put_keys(ctx.txn, db, affected.to_pylist(), kb[order], kd[order])
 
     # sizes after the update
     if T is not None:
