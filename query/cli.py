@@ -8,12 +8,18 @@ found problems.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import time
 
 EXIT_ERROR, EXIT_USAGE, EXIT_REJECTED, EXIT_BUSY, EXIT_VERIFY = 1, 2, 3, 4, 5
+
+# Subcommands that belong to other layers. Each module defines ``register(subparsers)``, which adds
+# its parsers with ``set_defaults(handler=run)``; ``run(args) -> int`` does the work. They must not
+# import heavy dependencies (pyspark) at module level: --help imports them all.
+LAYER_COMMANDS: list[str] = []
 
 EPILOG = """\
 exit codes: 0 ok, 1 error, 2 usage, 3 input rejected (archive unchanged),
@@ -95,7 +101,6 @@ def _parser() -> argparse.ArgumentParser:
         if name == "probe":
             c.add_argument("key", help="search key (parsed as the archive's key type)")
             c.add_argument("--to", metavar="KEY2", help="probe the inclusive range KEY..KEY2 instead of one key")
-            c.add_argument("--server", metavar="URL", help=argparse.SUPPRESS)
         c.add_argument("--as-of", type=int, metavar="T", help="time of validity (default: last update time)")
         c.add_argument("--format", choices=["table", "jsonl", "csv", "parquet"], default="table", help="output format (default: table)")
         c.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
@@ -129,6 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--dir", help="where to put the demo archive (default: a new temporary directory)")
     c.add_argument("--updates", type=int, default=24, help="periodic updates to run (default 24)")
     c.add_argument("--sensors", type=int, default=20000, help="number of sensors (default 20000)")
+
+    for module in LAYER_COMMANDS:
+        importlib.import_module(module).register(sub)
     return p
 
 
@@ -142,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..storage.archive import ArchiveBusy, ArchiveError
     from ..storage.validate import RejectedBatch
 
+    handler = getattr(args, "handler", None) or globals()[f"_cmd_{args.command}"]
     try:
-        return int(globals()[f"_cmd_{args.command}"](args) or 0)
+        return int(handler(args) or 0)
     except RejectedBatch as e:
         return _fail(str(e), EXIT_REJECTED)
     except ArchiveBusy as e:

@@ -132,8 +132,24 @@ def _assert_clean(path, mode):
                     f"{norebuild_file(i)} has {os.path.getsize(f)} bytes, committed {s.slots} slots of {st.bucket_capacity}"
 
 
-def _crash_load(path, parquet, at, point, k):
-    r = ebb("load", path, parquet, "--at", at, env={"EBB_CRASH_AT": f"{point}:{k}"})
+# ``ebb load`` with Rebuild's chunk size cut to a few KiB, so that one sub-index file is written
+# in many chunks and a crash can leave it half written
+SMALL_CHUNKS_CLI = r"""
+import sys
+import ebb.storage.rebuild
+ebb.storage.rebuild.CHUNK_BYTES = 2048
+from ebb.query.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _crash_load(path, parquet, at, point, k, small_chunks=False):
+    if small_chunks:
+        args = ["load", path, parquet, "--at", str(at)]
+        r = subprocess.run([sys.executable, "-c", SMALL_CHUNKS_CLI, *args], capture_output=True, text=True,
+                           env=dict(os.environ, EBB_CRASH_AT=f"{point}:{k}"))
+    else:
+        r = ebb("load", path, parquet, "--at", at, env={"EBB_CRASH_AT": f"{point}:{k}"})
     assert r.returncode == -signal.SIGKILL, (
         f"crash point {point}:{k} was not reached (exit {r.returncode}); the update ran to completion"
         f" or failed\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
@@ -164,6 +180,10 @@ CASES = [
     # rebuild, the initial bulk load
     (R, "bulk", "rebuild.file_synced", 4, None),
     (R, "bulk", "update.after_commit", 1, None),
+    # rebuild with 2 KiB chunks (the three files take about 7, 4 and 5 chunks): killed in the
+    # middle of writing the first and the second file
+    (R, "chunks", "rebuild.chunk_written", 2, None),
+    (R, "chunks", "rebuild.chunk_written", 9, None),
     # rebuild, crash, then crash again during the retry, then retry cleanly
     (R, "next", "rebuild.file_synced", 2, ("update.before_commit", 1)),
     # norebuild, the next update
@@ -213,7 +233,7 @@ def test_crash_point(tmp_path, mode, scenario, point, k, second):
                 b = _batch_rows(rng, t, 300, f"u{t}-")
                 arc.load(table_of(b, SCHEMA), t)
                 oracle.load(b, t)
-        new_t = 24 if scenario == "next" else 26
+        new_t = 26 if scenario == "gap" else 24
         rows = _batch_rows(rng, new_t, 300, f"u{new_t}-")
     prev_t, prev_seq = _state(path)
     parquet = _write(rows, tmp_path / "next.parquet")
@@ -221,13 +241,15 @@ def test_crash_point(tmp_path, mode, scenario, point, k, second):
     after = copy.deepcopy(oracle)
     after.load(rows, new_t)
 
-    _crash_load(path, parquet, new_t, point, k)
+    _crash_load(path, parquet, new_t, point, k, small_chunks=scenario == "chunks")
     if second:
         assert point in BEFORE_COMMIT
         assert _state(path) == (prev_t, prev_seq), "the first crash was before the commit"
         _crash_load(path, parquet, new_t, *second)
         point = second[0]  # the last crash decides the expected state
-    _cli_verify(path)
+    report = _cli_verify(path)
+    if point in ("rebuild.chunk_written", "rebuild.file_synced"):
+        assert "left by an interrupted update" in report.stdout, report.stdout  # recovery has work to do
 
     t, seq = _state(path)
     if seq == prev_seq:
@@ -404,6 +426,7 @@ def _write_table(table, path):
 # -- 3. a concurrent reader ------------------------------------------------------------------------
 READER = r"""
 import hashlib, os, sys, time, traceback
+import pyarrow as pa
 from ebb.query.reader import ArchiveReader
 
 path, out, stop = sys.argv[1:4]
@@ -415,7 +438,16 @@ with open(out, "w", buffering=1) as f:
             if n and n % 7 == 0:  # now and then a fresh reader (a new Archive and environment)
                 r.close()
                 r = ArchiveReader(path)
-            t = r.scan_table()
+            if n % 2:
+                t = r.scan_table()
+            else:
+                # a slow scan: its snapshot stays open across several commits, so the files and
+                # slots it reads must not be replaced, reused or deleted under it
+                batches = []
+                for b in r.scan():
+                    batches.append(b)
+                    time.sleep(0.015)
+                t = pa.Table.from_batches(batches, schema=r.result_schema())
             rows = sorted(zip(*(t.column(c).to_pylist() for c in ("key", "ts", "exp", "payload"))))
             f.write(hashlib.sha256(repr(rows).encode()).hexdigest() + "\n")
         except Exception:
@@ -484,6 +516,7 @@ def _run_with_reader(tmp_path, mode, apply_update, updates):
     assert not bad, f"{len(bad)} of {len(reads)} reads saw a state that was never committed"
     assert reads[-1] == _fingerprint(oracle, t), "the reader never saw the final state"
     assert len(set(reads)) >= 2, "the reader saw only one state: no overlap with the updates"
+    print(f"reader ({mode}): {len(reads)} reads of {len(set(reads))} of the {len(committed)} committed states")
     _assert_matches(path, oracle, t, "final")
     with Archive(path) as arc:
         problems, _ = verify(arc)
@@ -497,9 +530,28 @@ def _update_in_process(path, rows, t, _parquet):
     time.sleep(0.02)  # give the reader a chance between commits
 
 
-def _update_by_cli(path, rows, t, parquet):
-    r = ebb("load", path, _write(rows, parquet), "--at", t, "--quiet", env=NO_CRASH)
-    assert r.returncode == 0, r.stderr
+def _crashing_update_by_cli(mode):
+    """Every third update is first killed at a crash point, then (if it did not commit) retried:
+    the reader must never see the dead writer's work, and recovery must not disturb it."""
+    points = ["update.subindex_done:2", "update.before_commit:1",
+              "rebuild.file_synced:1" if mode == R else "norebuild.slots_written:1", "update.after_commit:1"]
+    count = [0]
+
+    def apply(path, rows, t, parquet):
+        u = count[0]
+        count[0] += 1
+        _write(rows, parquet)
+        if u % 3 == 1:
+            point = points[(u // 3) % len(points)]
+            r = ebb("load", path, parquet, "--at", t, "--quiet", env={"EBB_CRASH_AT": point})
+            assert r.returncode == -signal.SIGKILL, f"{point} not reached: exit {r.returncode} {r.stderr}"
+            if _state(path)[0] == t:
+                assert point == "update.after_commit:1"
+                return
+        r = ebb("load", path, parquet, "--at", t, "--quiet", env=NO_CRASH)
+        assert r.returncode == 0, r.stderr
+
+    return apply
 
 
 @pytest.mark.parametrize("mode", [R, N])
@@ -509,7 +561,8 @@ def test_concurrent_reader_in_process_updates(tmp_path, mode):
 
 @pytest.mark.parametrize("mode", [R, N])
 def test_concurrent_reader_cli_updates(tmp_path, mode):
-    _run_with_reader(tmp_path, mode, _update_by_cli, updates=20)
+    """Updates by ``ebb load`` processes, some of them killed mid-update and retried."""
+    _run_with_reader(tmp_path, mode, _crashing_update_by_cli(mode), updates=20)
 
 
 # -- 4. a second writer ----------------------------------------------------------------------------
