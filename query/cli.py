@@ -19,7 +19,7 @@ EXIT_ERROR, EXIT_USAGE, EXIT_REJECTED, EXIT_BUSY, EXIT_VERIFY = 1, 2, 3, 4, 5
 # Subcommands that belong to other layers. Each module defines ``register(subparsers)``, which adds
 # its parsers with ``set_defaults(handler=run)``; ``run(args) -> int`` does the work. They must not
 # import heavy dependencies (pyspark) at module level: --help imports them all.
-LAYER_COMMANDS: list[str] = []
+LAYER_COMMANDS: list[str] = ["ebb.indexer.commands", "ebb.query.serve_cmd", "ebb.tools.bench_cmd"]
 
 EPILOG = """\
 exit codes: 0 ok, 1 error, 2 usage, 3 input rejected (archive unchanged),
@@ -97,10 +97,16 @@ def _parser() -> argparse.ArgumentParser:
         c = cmd(name, helptext,
                 f"{helptext[0].upper() + helptext[1:]}. Only records with ts <= AS_OF < exp are returned; "
                 "AS_OF defaults to the time of the last update and may not be earlier.")
-        c.add_argument("path", help="archive directory")
         if name == "probe":
+            # PATH is optional only so that `ebb probe --server URL KEY` needs no path
+            c.add_argument("path", nargs="?", help="archive directory (omit with --server)")
             c.add_argument("key", help="search key (parsed as the archive's key type)")
             c.add_argument("--to", metavar="KEY2", help="probe the inclusive range KEY..KEY2 instead of one key")
+            c.add_argument("--server", metavar="URL", help="ask an `ebb serve` process (e.g. grpc://127.0.0.1:8815) instead of opening PATH")
+            c.add_argument("--token", default=os.environ.get("EBB_FLIGHT_TOKEN"),
+                           help="with --server: the server's token (default: $EBB_FLIGHT_TOKEN)")
+        else:
+            c.add_argument("path", help="archive directory")
         c.add_argument("--as-of", type=int, metavar="T", help="time of validity (default: last update time)")
         c.add_argument("--format", choices=["table", "jsonl", "csv", "parquet"], default="table", help="output format (default: table)")
         c.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
@@ -126,14 +132,6 @@ def _parser() -> argparse.ArgumentParser:
             "record is stored, that every record is in the sub-index SPEC section 3 assigns it, and the "
             "manifest's sizes. Exits 5 if anything is wrong.")
     c.add_argument("path", help="archive directory")
-
-    c = cmd("demo", "run the built-in demo end to end",
-            "Create an archive of sensor readings (sensors polled every 5, 10 and 15 minutes; a reading is "
-            "valid until the next poll), run periodic updates, and print what each update loaded and its I/O, "
-            "a probe, and a final verify.")
-    c.add_argument("--dir", help="where to put the demo archive (default: a new temporary directory)")
-    c.add_argument("--updates", type=int, default=24, help="periodic updates to run (default 24)")
-    c.add_argument("--sensors", type=int, default=20000, help="number of sensors (default 20000)")
 
     for module in LAYER_COMMANDS:
         importlib.import_module(module).register(sub)
@@ -228,6 +226,14 @@ def _cmd_probe(a) -> int:
     from .output import write
     from .reader import ArchiveReader
 
+    if a.server is not None:
+        if a.path is not None:
+            return _fail("give either PATH or --server URL, not both", EXIT_USAGE)
+        from .serve_cmd import run_remote_probe
+
+        return run_remote_probe(a)
+    if a.path is None:
+        return _fail("probe needs PATH KEY (or --server URL KEY)", EXIT_USAGE)
     with ArchiveReader(a.path) as r:
         schema = r.result_schema()
         if not len(schema):
@@ -317,12 +323,6 @@ def _cmd_verify(a) -> int:
         return EXIT_VERIFY
     print("verify: ok")
     return 0
-
-
-def _cmd_demo(a) -> int:
-    from .demo import run_demo
-
-    return run_demo(a.dir, a.updates, a.sensors)
 
 
 if __name__ == "__main__":

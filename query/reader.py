@@ -7,6 +7,7 @@ committing meanwhile is either wholly visible or not at all. Records are returne
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -53,28 +54,39 @@ class ArchiveReader:
         self.close()
 
     # -- public reads ---------------------------------------------------------------------------
-    def probe(self, key, as_of: int | None = None, subindices: list[int] | None = None) -> pa.Table:
-        """Records with this key valid at ``as_of`` (default: the last update's time)."""
-        with self.archive.snapshot() as snap:
+    def snapshot(self) -> Snapshot:
+        """A snapshot to pass to several reads so that they see one committed state (and so that
+        the caller knows which one: ``snap.state.update_seq``). The caller closes it."""
+        return self.archive.snapshot()
+
+    def probe(self, key, as_of: int | None = None, subindices: list[int] | None = None,
+              snapshot: Snapshot | None = None) -> pa.Table:
+        """Records with this key valid at ``as_of`` (default: the last update's time).
+        ``snapshot``: read that committed state (left open) instead of a new one."""
+        with self._use(snapshot) as snap:
             t = snap.check_as_of(as_of)
             return self._collect(snap, t, lambda i: snap.entries(i, key, point=True), subindices)
 
-    def probe_range(self, lo, hi, as_of: int | None = None, subindices: list[int] | None = None) -> pa.Table:
+    def probe_range(self, lo, hi, as_of: int | None = None, subindices: list[int] | None = None,
+                    snapshot: Snapshot | None = None) -> pa.Table:
         """Records with lo <= key <= hi valid at ``as_of``. Either bound may be None (open)."""
-        with self.archive.snapshot() as snap:
+        with self._use(snapshot) as snap:
             t = snap.check_as_of(as_of)
             return self._collect(snap, t, lambda i: snap.entries(i, lo, hi), subindices)
 
-    def scan(self, as_of: int | None = None, subindices: list[int] | None = None) -> Iterator[pa.RecordBatch]:
+    def scan(self, as_of: int | None = None, subindices: list[int] | None = None,
+             snapshot: Snapshot | None = None) -> Iterator[pa.RecordBatch]:
         """Streams every record valid at ``as_of`` as record batches, sub-index by sub-index
-        in file order. The snapshot stays open until the iterator is exhausted or closed."""
-        snap = self.archive.snapshot()
+        in file order. A snapshot this call opens stays open until the iterator is exhausted or
+        closed; a ``snapshot`` passed in is left open for its owner to close."""
+        snap = snapshot if snapshot is not None else self.archive.snapshot()
         try:
             t = snap.check_as_of(as_of)
         except Exception:
-            snap.close()
+            if snapshot is None:
+                snap.close()
             raise
-        return self._scan(snap, t, subindices)
+        return self._scan(snap, t, subindices, close=snapshot is None)
 
     def scan_table(self, as_of: int | None = None, subindices: list[int] | None = None) -> pa.Table:
         """``scan`` collected into one table."""
@@ -89,6 +101,15 @@ class ArchiveReader:
         return self.archive.stats()
 
     # -- internals ------------------------------------------------------------------------------
+    @contextmanager
+    def _use(self, snapshot: Snapshot | None) -> Iterator[Snapshot]:
+        """The caller's snapshot (left open), or a new one closed after the read."""
+        if snapshot is not None:
+            yield snapshot
+            return
+        with self.archive.snapshot() as snap:
+            yield snap
+
     def _targets(self, snap: Snapshot, subindices: list[int] | None) -> list[int]:
         if snap.schema is None:
             return []
@@ -118,7 +139,7 @@ class ArchiveReader:
             return self.result_schema().empty_table() if snap.schema is not None else pa.table({})
         return pa.concat_tables(parts).cast(snap.schema)
 
-    def _scan(self, snap: Snapshot, t: int, subindices) -> Iterator[pa.RecordBatch]:
+    def _scan(self, snap: Snapshot, t: int, subindices, close: bool = True) -> Iterator[pa.RecordBatch]:
         try:
             for i in self._targets(snap, subindices):
                 descs = self._live(snap.entries(i), t)
@@ -134,4 +155,5 @@ class ArchiveReader:
                         if batch.num_rows:
                             yield batch
         finally:
-            snap.close()
+            if close:
+                snap.close()

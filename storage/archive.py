@@ -23,8 +23,8 @@ from . import lmdb_env, update
 from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER
 from .layout import compress_slots
 from .manifest import (
-    FORMAT_VERSION, META_DB, UPDATES_DB, ArchiveConfig, ArchiveState, SubIndexState, read_config,
-    read_schema, read_state, read_update_records,
+    FORMAT_VERSION, META_DB, UPDATES_DB, ArchiveConfig, ArchiveState, SubIndexState, read_checkpoint,
+    read_config, read_schema, read_state, read_update_records,
 )
 from .recovery import collect_garbage, recover
 from .snapshot import Snapshot
@@ -90,12 +90,13 @@ class Archive:
 
     # -- lifecycle ------------------------------------------------------------------------------
     @staticmethod
-    def create(path: str, config: ArchiveConfig) -> "Archive":
-        """Creates an empty archive at ``path`` (which must not exist or be empty)."""
+    def create(path: str, config: ArchiveConfig, allow_existing: frozenset[str] | set[str] = frozenset()) -> "Archive":
+        """Creates an empty archive at ``path``, which must not exist or hold only files named
+        in ``allow_existing`` (e.g. a scheduler's lock file)."""
         validate_config(config)
         if config.layout == "doubly" and config.partitioning == "random" and not config.seed:
             config = ArchiveConfig(**{**asdict(config), "seed": secrets.randbits(63)})
-        if os.path.exists(path) and os.listdir(path):
+        if os.path.exists(path) and set(os.listdir(path)) - set(allow_existing):
             raise ArchiveError(f"{path} already exists and is not empty")
         os.makedirs(os.path.join(path, DATA_DIR), exist_ok=True)
         env = lmdb_env.acquire(os.path.join(path, INDEX_DIR), create=True)
@@ -144,12 +145,14 @@ class Archive:
             os.close(fd)
 
     # -- writing --------------------------------------------------------------------------------
-    def load(self, table: pa.Table, at: int, progress: Callable[[str], None] | None = None) -> dict:
+    def load(self, table: pa.Table, at: int, progress: Callable[[str], None] | None = None,
+             checkpoint: dict[str, bytes] | None = None, late_rows: int = 0) -> dict:
         """Applies one periodic update at time ``at`` (SPEC section 2) and returns its record.
-        Raises RejectedBatch (archive unchanged) for bad input."""
+        Raises RejectedBatch (archive unchanged) for bad input. ``checkpoint`` (name -> bytes)
+        and ``late_rows`` commit atomically with the update (see ``checkpoint``)."""
         with self.writer_lock():
             recover(self.env, self.meta_db, self.data_dir)
-            record = update.apply(self, table, at, progress)
+            record = update.apply(self, table, at, progress, checkpoint, late_rows)
             collect_garbage(self.env, self.meta_db, self.data_dir)
         return record
 
@@ -169,6 +172,11 @@ class Archive:
         return actions
 
     # -- reading --------------------------------------------------------------------------------
+    def checkpoint(self, name: str) -> bytes | None:
+        """The ``checkpoint[name]`` committed with the last update that set it, or None."""
+        with self.env.begin() as txn:
+            return read_checkpoint(txn, self.meta_db, name)
+
     def snapshot(self) -> Snapshot:
         return Snapshot(self)
 

@@ -144,6 +144,15 @@ def write_garbage(txn: lmdb.Transaction, meta, garbage: list[list]) -> None:
     txn.put(b"garbage", json.dumps(garbage).encode(), db=meta)
 
 
+def read_checkpoint(txn: lmdb.Transaction, meta, name: str) -> bytes | None:
+    """A producer's progress record (e.g. the scheduler's), committed with its last update."""
+    return txn.get(b"ext/" + name.encode(), db=meta)
+
+
+def write_checkpoint(txn: lmdb.Transaction, meta, name: str, value: bytes) -> None:
+    txn.put(b"ext/" + name.encode(), value, db=meta)
+
+
 def append_update_record(txn: lmdb.Transaction, updates, seq: int, record: dict) -> None:
     txn.put(seq.to_bytes(8, "big"), json.dumps(record).encode(), db=updates)
 

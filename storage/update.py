@@ -23,7 +23,7 @@ from .iostats import delta as io_delta, proc_io
 from .lmdb_env import oldest_reader_txn
 from .manifest import (
     ArchiveConfig, ArchiveState, append_update_record, read_garbage, read_schema, read_state,
-    write_garbage, write_schema, write_state, read_config,
+    write_checkpoint, write_garbage, write_schema, write_state, read_config,
 )
 from .faults import crash_point
 from .records import key_runs, with_ins_slot
@@ -33,9 +33,12 @@ from .work import SubIndexWork, UpdateContext
 Progress = Callable[[str], None]
 
 
-def apply(archive, table: pa.Table, at: int, progress: Progress | None = None) -> dict:
+def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
+          checkpoint: dict[str, bytes] | None = None, late_rows: int = 0) -> dict:
     """Applies one update at time ``at`` with the records of ``table``; returns its record
-    (what was touched, I/O, counts, wall time). Caller holds the writer lock."""
+    (what was touched, I/O, counts, wall time). ``checkpoint`` entries are stored under
+    ``ext/<name>`` and ``late_rows`` added to the archive's count, in the same transaction, so a
+    producer's progress commits atomically with the data. Caller holds the writer lock."""
     t0 = time.perf_counter()
     io0 = proc_io()
     env, meta = archive.env, archive.meta_db
@@ -47,7 +50,18 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None) -
         tm, layout = cfg.time, cfg.layout_obj
         j = update_slot(cfg, state, at)
         first = state.last_slot is None
-        table, schema = conform_batch(table, cfg, read_schema(txn, meta))
+        stored_schema = read_schema(txn, meta)
+        if table.num_columns == 0 and table.num_rows == 0:
+            # "nothing to insert" from a producer that has seen no data yet, so knows no schema
+            if stored_schema is None:
+                stored_schema = pa.schema([(cfg.key_column, pa.int64()), (cfg.ts_column, pa.int64()), (cfg.exp_column, pa.int64())])
+                new_schema = False
+            else:
+                new_schema = True
+            table = stored_schema.empty_table()
+        else:
+            new_schema = True
+        table, schema = conform_batch(table, cfg, stored_schema)
         check_rows(table, cfg, at)
         crash_point("update.validated")
         codec = BucketCodec(schema)
@@ -99,11 +113,14 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None) -
             results.append(res)
             crash_point("update.subindex_done")
 
-        if first:
+        if new_schema and read_schema(txn, meta) is None:
             write_schema(txn, meta, schema)
         state.last_slot = j
         state.update_seq += 1
         state.bucket_capacity = capacity
+        state.late_rows += late_rows
+        for name, value in (checkpoint or {}).items():
+            write_checkpoint(txn, meta, name, value)
         record = {
             "seq": state.update_seq,
             "time": at,
@@ -114,6 +131,7 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None) -
             "inserted": sum(r.inserted for r in results),
             "deleted": sum(r.deleted for r in results),
             "dropped_expired": dropped,
+            "late_rows": late_rows,
             "planned_insert_into": [i + 1 for i in planned_insert],
             "planned_delete_from": [i + 1 for i in planned_delete],
             "subindices_read": [r.i + 1 for r in results if r.buckets_read or r.i in delete_set or cfg.mode == "rebuild"],

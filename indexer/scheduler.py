@@ -1,0 +1,239 @@
+"""``ebb run``: compute each tick's results with Spark and load them, exactly once.
+
+Tick j runs at ``T_j = tau + j*Delta`` and produces the results with ``ts`` in
+``(T_{j-1}, T_j]`` (tick 0, the initial bulk load at tau, produces those in ``(tau - S, tau]``).
+Ticks run in order; after downtime the missed ones run one by one (catch-up).
+
+Exactly once: the scheduler's progress (last tick, manifest of landed files with their late
+thresholds) is stored in the archive as checkpoint ``scheduler`` and committed in the same LMDB
+transaction as the tick's update. A crash anywhere re-runs that tick from the committed state:
+nothing is lost and nothing is loaded twice. A lock file (``SCHEDULER``) keeps a second runner
+off the archive.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator
+
+from ..storage.archive import Archive, ArchiveBusy
+from ..storage.manifest import ArchiveConfig
+from . import events
+from .jobspec import TIME_UNITS_US, Job, JobError
+from .landing import LandedFile, list_files, new_files
+from .patterns import Classification, classify
+from .tick import compute
+
+CHECKPOINT = "scheduler"
+LOCK_FILE = "SCHEDULER"
+
+
+@dataclass
+class Progress:
+    """What the scheduler has committed, as stored in the archive's checkpoint."""
+
+    fingerprint: str
+    last_slot: int | None = None
+    late_total: int = 0
+    manifests: dict[str, dict[str, LandedFile]] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({
+            "fingerprint": self.fingerprint, "last_slot": self.last_slot, "late_total": self.late_total,
+            "manifests": {s: {rel: lf.to_list() for rel, lf in m.items()} for s, m in self.manifests.items()},
+        }).encode()
+
+    @staticmethod
+    def from_bytes(raw: bytes) -> "Progress":
+        d = json.loads(raw)
+        return Progress(d["fingerprint"], d["last_slot"], d["late_total"],
+                        {s: {rel: LandedFile.from_list(v) for rel, v in m.items()} for s, m in d["manifests"].items()})
+
+
+def fingerprint(job: Job) -> str:
+    """Identifies what the archive's contents mean: the query, the sources' semantics, time."""
+    sem = {"query": asdict(job.query), "time_unit": job.time_unit, "origin_us": job.origin_us,
+           "sources": {n: {k: v for k, v in asdict(s).items() if k != "path"} for n, s in job.sources.items()}}
+    return hashlib.sha256(json.dumps(sem, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
+    """The archive a job creates: its [archive] section, with ``auto`` resolved."""
+    a = job.archive
+    layout = cls.layout if a.layout == "auto" else a.layout
+    s = a.max_lifetime or cls.max_lifetime
+    p = -(-s // a.interval)
+    n = a.n or min(4, p)
+    return ArchiveConfig(
+        layout=layout, partitioning=a.partitioning, split=a.split, G=a.G or min(2, p),
+        E=a.E or min(2, p), n_wave=n, mode=a.mode, tau=a.start, delta=a.interval,
+        max_lifetime=-(-s // a.interval) * a.interval, key_column=job.query.key, ts_column="ts", exp_column="exp",
+        bucket_capacity=a.bucket_capacity, time_unit=job.time_unit,
+    )
+
+
+@contextmanager
+def runner_lock(path: str) -> Iterator[None]:
+    """Only one ``ebb run`` per archive: a second one fails at once."""
+    os.makedirs(path, exist_ok=True)
+    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ArchiveBusy(f"another `ebb run` is already running on {path}") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+class Scheduler:
+    """Runs a job's ticks against its archive. Use ``with Scheduler(job) as s: s.run(...)``."""
+
+    def __init__(self, job: Job, master: str | None = None, conf: dict[str, str] | None = None,
+                 say: Callable[[str], None] = print):
+        self.job = job
+        self.cls = classify(job)
+        self.master, self.conf, self.say = master, conf or {}, say
+        self._spark = None
+        self._lock = None
+        self.archive: Archive | None = None
+
+    def __enter__(self) -> "Scheduler":
+        self._lock = runner_lock(self.job.archive.path)
+        self._lock.__enter__()
+        try:
+            self.archive = self._open_archive()
+        except BaseException:
+            self._lock.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.archive is not None:
+            self.archive.close()
+        self._lock.__exit__(*exc)
+
+    def _open_archive(self) -> Archive:
+        path = self.job.archive.path
+        if os.path.exists(os.path.join(path, "EBB")):
+            arc = Archive(path)
+            raw = arc.checkpoint(CHECKPOINT)
+            if raw is not None and Progress.from_bytes(raw).fingerprint != fingerprint(self.job):
+                arc.close()
+                raise JobError(f"the job's query or sources changed since {path} was filled; its results would mix "
+                               "two meanings. Point archive.path at a new archive")
+            return arc
+        cfg = archive_config(self.job, self.cls)
+        self.say(f"creating archive {path}: {cfg.layout_obj.describe()}, {cfg.mode}, Delta={cfg.delta} S={cfg.max_lifetime}")
+        # the runner lock file is already in the directory: create the archive beside it
+        return Archive.create(path, cfg, allow_existing={LOCK_FILE})
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from .spark import session
+
+            t0 = time.perf_counter()
+            self._spark = session(self.master, self.conf)
+            self.say(f"spark {self._spark.version} ready ({self._spark.sparkContext.master}) in {time.perf_counter() - t0:.1f} s")
+        return self._spark
+
+    def progress(self) -> Progress:
+        raw = self.archive.checkpoint(CHECKPOINT)
+        return Progress.from_bytes(raw) if raw else Progress(fingerprint(self.job))
+
+    # -- which ticks ---------------------------------------------------------------------------
+    def now_slot(self) -> int:
+        """The last tick due by the wall clock."""
+        if self.job.time_unit == "chronon":
+            raise JobError("time_unit is 'chronon': there is no wall clock to follow; use --ticks N or --until T")
+        now = (time.time_ns() // 1000 - self.job.origin_us) // TIME_UNITS_US[self.job.time_unit]
+        return (int(now) - self.archive.config.tau) // self.archive.config.delta
+
+    def run(self, ticks: int | None = None, until: int | None = None, follow: bool = False) -> int:
+        """Runs ticks: the next ``ticks``, those up to time ``until``, or those due by the wall
+        clock (and, with ``follow``, keeps going). Returns how many ran."""
+        tm = self.archive.config.time
+        done = 0
+        while True:
+            nxt = 0 if self.progress().last_slot is None else self.progress().last_slot + 1
+            if ticks is not None:
+                last = nxt + ticks - 1 - done
+            elif until is not None:
+                last = (until - tm.tau) // tm.delta
+            else:
+                last = self.now_slot()
+            while nxt <= last:
+                self.run_tick(nxt)
+                done += 1
+                nxt += 1
+            if not follow:
+                return done
+            wait = tm.time_of(nxt) - (time.time_ns() // 1000 - self.job.origin_us) / TIME_UNITS_US[self.job.time_unit]
+            time.sleep(max(0.2, min(wait * TIME_UNITS_US[self.job.time_unit] / 1e6, 60)))
+
+    # -- one tick --------------------------------------------------------------------------------
+    def run_tick(self, j: int) -> dict:
+        """Computes and loads tick j (the next one); commits results and progress together."""
+        tm = self.archive.config.time
+        prog = self.progress()
+        expected = 0 if prog.last_slot is None else prog.last_slot + 1
+        if j != expected:
+            raise JobError(f"tick {j} is not the next one ({expected})")
+        T = tm.time_of(j)
+        lo = T - tm.max_lifetime if j == 0 or prog.last_slot is None else tm.time_of(prog.last_slot)
+        threshold = None if prog.last_slot is None else tm.time_of(prog.last_slot)
+        t0 = time.perf_counter()
+        late, new_count = self._discover(prog, threshold)
+        if late and self.job.late_policy == "fail":
+            raise JobError(f"{late} late events (at or before the last processed tick {threshold}) in newly landed files; "
+                           "late_policy is 'fail'. Remove the files or set late_policy = \"drop\"")
+        table, info = compute(self.spark, self.job, self.cls, prog.manifests, lo, T)
+        t1 = time.perf_counter()
+        prog.last_slot = j
+        prog.late_total += late
+        rec = self.archive.load(table, T, checkpoint={CHECKPOINT: prog.to_bytes()}, late_rows=late)
+        t2 = time.perf_counter()
+        rec.update(spark_seconds=round(t1 - t0, 3), load_seconds=round(t2 - t1, 3), files_read=info.files, new_files=new_count)
+        self.say(f"tick {j} T={T}: {info.rows} results from {info.files} files ({new_count} new, {late} late events dropped); "
+                 f"spark {t1 - t0:.2f} s, load {t2 - t1:.2f} s; +{rec['inserted']} -{rec['deleted']} "
+                 f"(dropped {rec['dropped_expired']} expired); touched {len(rec['subindices_touched'])}/{self.archive.config.n} "
+                 f"sub-indices, wrote {rec['bytes_written']} B, read {rec['bytes_read']} B")
+        return rec
+
+    def _discover(self, prog: Progress, threshold: int | None) -> tuple[int, int]:
+        """Adds newly landed files to the manifests (event-time range, late threshold) and
+        returns (late events in them, number of new files)."""
+        from pyspark.sql import functions as F
+
+        late_total, count = 0, 0
+        for name, src in self.job.sources.items():
+            known = prog.manifests.setdefault(name, {})
+            fresh = new_files(src.path, known)
+            if not fresh:
+                continue
+            count += len(fresh)
+            df = events.read(self.spark, src, self.job, sorted(fresh)).withColumn("__file", F.input_file_name())
+            late_expr = F.sum((F.col(events.T) <= F.lit(threshold)).cast("long")) if threshold is not None else F.lit(0)
+            rows = df.groupBy("__file").agg(F.min(events.T).alias("lo"), F.max(events.T).alias("hi"),
+                                            late_expr.alias("late")).toArrow().to_pylist()
+            by_path = {os.path.realpath(_local_path(r["__file"])): r for r in rows}
+            for rel, (size, mtime) in fresh.items():
+                r = by_path.get(os.path.realpath(os.path.join(src.path, rel)))
+                known[rel] = LandedFile(size, mtime, r["lo"] if r else None, r["hi"] if r else None, threshold)
+                late_total += int(r["late"]) if r else 0
+        return late_total, count
+
+
+def _local_path(uri: str) -> str:
+    from urllib.parse import unquote, urlparse
+
+    u = urlparse(uri)
+    return unquote(u.path) if u.scheme in ("file", "") else uri

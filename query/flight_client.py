@@ -1,0 +1,100 @@
+"""Python client for ``ebb serve``: the ArchiveReader calls, over Arrow Flight.
+
+    with FlightArchiveClient("grpc://127.0.0.1:8815", token=None) as c:
+        c.info()                      # layout, time model, last update, sizes (a dict)
+        c.probe(42, as_of=1200)       # pyarrow.Table
+        c.probe_range(10, 20)
+        for batch in c.scan():        # streamed record batches
+            ...
+
+Every answer is one committed state of the archive; ``read`` also returns which one (the
+``app_metadata`` of the stream's first chunk). Server-side errors arrive as the Flight exception
+the server raised (``FlightServerError`` for a bad request, ``FlightUnauthenticatedError`` for a
+missing or wrong token, ``FlightUnavailableError`` if nothing listens); ``error_message`` strips
+gRPC's debug context from them for display.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from . import flight_protocol as proto
+
+
+def error_message(e: BaseException) -> str:
+    """The server's message of a Flight error, without gRPC's debug context."""
+    return str(e).split(". Detail:")[0].split(". gRPC client debug context:")[0]
+
+
+class FlightArchiveClient:
+    """A connection to one ``ebb serve`` process. Not for concurrent use by several threads
+    with different tokens; one instance per thread is cheap."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float | None = None):
+        self.url = url
+        self._client = flight.FlightClient(url)
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        self._options = flight.FlightCallOptions(timeout=timeout, headers=headers)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "FlightArchiveClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- metadata -------------------------------------------------------------------------------
+    def flight_info(self) -> flight.FlightInfo:
+        """The FlightInfo of a whole scan: schema, record and byte totals, and ``info`` as JSON."""
+        return self._client.get_flight_info(flight.FlightDescriptor.for_command(proto.ReadRequest("scan").encode()), self._options)
+
+    def info(self) -> dict[str, Any]:
+        """What the archive holds: layout, time model, schema, last update, records and bytes."""
+        return json.loads(self.flight_info().app_metadata)
+
+    def schema(self) -> pa.Schema:
+        """The record schema (empty before the first load)."""
+        # from GetFlightInfo rather than GetSchema: pyarrow reports GetSchema's auth failures as a
+        # bare OSError instead of FlightUnauthenticatedError
+        return self.flight_info().schema
+
+    def flights(self) -> list[flight.FlightInfo]:
+        return list(self._client.list_flights(options=self._options))
+
+    # -- reads ----------------------------------------------------------------------------------
+    def probe(self, key: Any, as_of: int | None = None) -> pa.Table:
+        """Records with this key valid at ``as_of`` (default: the server's last update time)."""
+        return self.read(proto.ReadRequest("probe", as_of, key=key))[0]
+
+    def probe_range(self, lo: Any, hi: Any, as_of: int | None = None) -> pa.Table:
+        """Records with lo <= key <= hi valid at ``as_of``; None is an open bound."""
+        return self.read(proto.ReadRequest("probe_range", as_of, lo=lo, hi=hi))[0]
+
+    def scan(self, as_of: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Every record valid at ``as_of``, streamed as record batches."""
+        reader = self._client.do_get(flight.Ticket(proto.ReadRequest("scan", as_of).encode()), self._options)
+        for chunk in reader:
+            if chunk.data is not None and chunk.data.num_rows:
+                yield chunk.data
+
+    def scan_table(self, as_of: int | None = None) -> pa.Table:
+        return self.read(proto.ReadRequest("scan", as_of))[0]
+
+    def read(self, request: proto.ReadRequest) -> tuple[pa.Table, dict[str, Any]]:
+        """Runs one request; returns its rows and the state that answered them
+        (``update_seq``, ``last_update_time``, ``as_of``)."""
+        reader = self._client.do_get(flight.Ticket(request.encode()), self._options)
+        batches: list[pa.RecordBatch] = []
+        state: dict[str, Any] = {}
+        for chunk in reader:
+            if chunk.app_metadata is not None and not state:
+                state = json.loads(chunk.app_metadata.to_pybytes())
+            if chunk.data is not None and chunk.data.num_rows:
+                batches.append(chunk.data)
+        return pa.Table.from_batches(batches, schema=reader.schema), state

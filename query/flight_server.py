@@ -1,0 +1,249 @@
+"""Arrow Flight server for one ebb archive: probes, range probes and streaming scans over gRPC.
+
+``ArchiveFlightServer(path)`` opens the archive once (read-only use: it never takes the writer
+``LOCK``, so ``ebb load`` in other processes keeps running) and serves:
+
+- ``do_get``: tickets of ``flight_protocol`` (probe / probe_range / scan, each with ``as_of``).
+  Each request opens one storage snapshot, so its answer is exactly one committed state; the
+  state is reported in the first chunk's ``app_metadata``. Scans stream batch by batch from the
+  bucket files (a generator over ``ArchiveReader.scan``), never a whole table in memory.
+- ``list_flights`` / ``get_flight_info`` / ``get_schema``: what the archive holds (schema, time
+  model, last update time, records and bytes in total and per sub-index) as FlightInfo, with the
+  details as JSON ``app_metadata``.
+- errors: a bad ticket, an unknown kind, a key of the wrong type or an ``as_of`` before the last
+  update is a ``FlightServerError`` whose message says what is wrong; anything unexpected is a
+  ``FlightInternalError`` (logged with its traceback here). The server keeps serving either way.
+- ``token``: every call must carry ``authorization: Bearer <token>`` or it is rejected with
+  ``FlightUnauthenticatedError`` (checked in middleware, so it covers every RPC).
+
+It binds to 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import json
+import logging
+import os
+import weakref
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from ..storage.archive import Archive
+from ..storage.snapshot import Snapshot
+from . import flight_protocol as proto
+from .reader import ArchiveReader
+
+log = logging.getLogger("ebb.flight")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8815  # the port Arrow Flight examples conventionally use
+SCAN_DESCRIPTOR = proto.ReadRequest("scan").encode()
+
+
+class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):
+    """Rejects every call whose ``authorization`` header is not ``Bearer <token>``."""
+
+    def __init__(self, token: str):
+        super().__init__()
+        if not token:
+            raise ValueError("the token must not be empty")
+        self._expected = f"Bearer {token}".encode()
+
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list]) -> None:
+        values = headers.get("authorization") or headers.get("Authorization") or []
+        got = values[0] if values else b""
+        got = got.encode() if isinstance(got, str) else bytes(got)
+        # constant-time comparison: response timing must not reveal a prefix of the token
+        if not hmac.compare_digest(got, self._expected):
+            raise flight.FlightUnauthenticatedError("ebb: missing or wrong token (send 'authorization: Bearer <token>')")
+        return None
+
+
+def _rpc(method: Callable) -> Callable:
+    """Maps exceptions to Flight errors: a client's mistake to FlightServerError with its message,
+    a server fault to FlightInternalError (traceback logged, not sent)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except flight.FlightError:
+            raise
+        except (proto.BadRequest, ValueError) as e:
+            # ValueError is what the reader raises for an as_of before the last update
+            raise flight.FlightServerError(f"ebb: bad request: {e}") from None
+        except Exception as e:
+            log.exception("ebb flight: %s failed", method.__name__)
+            raise flight.FlightInternalError(f"ebb: internal error in {method.__name__}: {type(e).__name__}: {e}") from None
+
+    return wrapper
+
+
+def describe(snap: Snapshot, name: str) -> dict[str, Any]:
+    """What the archive holds in the committed state of ``snap`` (no file paths)."""
+    cfg, st = snap.config, snap.state
+    subs = [{"subindex": i + 1, "records": s.records, "bytes": s.bytes, "buckets": s.buckets}
+            for i, s in enumerate(st.subindices)]
+    return {
+        "archive": name,
+        "layout": cfg.layout_obj.describe(),
+        "mode": cfg.mode,
+        "n": cfg.n,
+        "tau": cfg.tau,
+        "delta": cfg.delta,
+        "max_lifetime": cfg.max_lifetime,
+        "time_unit": cfg.time_unit,
+        "key_column": cfg.key_column,
+        "ts_column": cfg.ts_column,
+        "exp_column": cfg.exp_column,
+        "schema": None if snap.schema is None else [f"{f.name}: {f.type}" for f in snap.schema],
+        "update_seq": st.update_seq,
+        "last_update_time": None if st.last_slot is None else snap.time,
+        # every stored record has ts <= last update < exp, so this is also the row count of a
+        # scan as of the last update
+        "records": sum(s["records"] for s in subs),
+        "bytes": sum(s["bytes"] for s in subs),
+        "buckets": sum(s["buckets"] for s in subs),
+        "subindices": subs,
+    }
+
+
+class ArchiveFlightServer(flight.FlightServerBase):
+    """Serves the archive at ``path`` (and only it). Runs as soon as it is constructed; call
+    ``serve()`` to block, ``shutdown()`` to stop."""
+
+    def __init__(self, path: str, host: str = DEFAULT_HOST, port: int = 0, token: str | None = None):
+        self.archive = Archive(path)
+        self.name = os.path.basename(self.archive.path.rstrip(os.sep))
+        self.host = host
+        middleware = {"auth": BearerTokenMiddlewareFactory(token)} if token else None
+        try:
+            super().__init__(location=flight.Location.for_grpc_tcp(host, port), middleware=middleware)
+        except Exception:
+            self.archive.close()
+            raise
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"grpc://{host}:{self.port}"
+
+    def close(self) -> None:
+        """Stops serving (waits for running calls) and closes the archive. Idempotent."""
+        if self.archive.env is not None:
+            self.shutdown()
+            self.archive.close()
+
+    def __enter__(self) -> "ArchiveFlightServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- reads ----------------------------------------------------------------------------------
+    @_rpc
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        req = proto.decode(ticket.ticket)
+        snap = self.archive.snapshot()
+        try:
+            as_of = snap.check_as_of(req.as_of)
+            if snap.schema is None:  # nothing loaded yet: an empty answer, still tagged with its state
+                schema = pa.schema([])
+                batches: Iterator[pa.RecordBatch] = iter(())
+                snap.close()
+            else:
+                schema = snap.schema
+                batches = self._batches(snap, req, as_of)
+            meta = proto.stream_metadata(snap.state.update_seq, None if snap.state.last_slot is None else snap.time, as_of)
+        except BaseException:
+            snap.close()
+            raise
+        stream = _tagged(batches, schema, meta)
+        if req.kind == "scan" and snap.schema is not None:
+            # a client that goes away before the stream starts never runs the generator's
+            # finally; closing on collection releases the snapshot (Snapshot.close is idempotent)
+            weakref.finalize(stream, snap.close)
+        return flight.GeneratorStream(schema, stream)
+
+    def _batches(self, snap: Snapshot, req: proto.ReadRequest, as_of: int) -> Iterator[pa.RecordBatch]:
+        """The answer to ``req`` from ``snap``. Probes are read now (and ``snap`` closed); a scan
+        is a generator that reads bucket chunks as the client consumes them and closes ``snap``
+        when done."""
+        key_type = snap.schema.field(snap.config.key_column).type
+        reader = ArchiveReader(self.archive)
+        if req.kind == "scan":
+            return _closing(reader.scan(as_of, snapshot=snap), snap)
+        try:
+            if req.kind == "probe":
+                table = reader.probe(proto.check_key("key", req.key, key_type), as_of, snapshot=snap)
+            else:
+                lo = proto.check_key("lo", req.lo, key_type, nullable=True)
+                hi = proto.check_key("hi", req.hi, key_type, nullable=True)
+                table = reader.probe_range(lo, hi, as_of, snapshot=snap)
+        finally:
+            snap.close()
+        return iter(table.to_batches())
+
+    # -- metadata -------------------------------------------------------------------------------
+    @_rpc
+    def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
+        yield self._info(flight.FlightDescriptor.for_command(SCAN_DESCRIPTOR), proto.decode(SCAN_DESCRIPTOR))
+
+    @_rpc
+    def get_flight_info(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        return self._info(descriptor, self._request_of(descriptor))
+
+    @_rpc
+    def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
+        self._request_of(descriptor)
+        schema = self.archive.schema
+        return flight.SchemaResult(schema if schema is not None else pa.schema([]))
+
+    def _request_of(self, descriptor: flight.FlightDescriptor) -> proto.ReadRequest:
+        if descriptor.descriptor_type != flight.DescriptorType.CMD:
+            raise proto.BadRequest("use a command descriptor holding a ticket, e.g. {\"kind\": \"scan\"}; "
+                                   "path descriptors are not served")
+        return proto.decode(descriptor.command)
+
+    def _info(self, descriptor: flight.FlightDescriptor, req: proto.ReadRequest) -> flight.FlightInfo:
+        with self.archive.snapshot() as snap:
+            info = describe(snap, self.name)
+            schema = snap.schema if snap.schema is not None else pa.schema([])
+            if snap.schema is not None and req.kind != "scan":
+                key_type = snap.schema.field(snap.config.key_column).type
+                for name in ("key",) if req.kind == "probe" else ("lo", "hi"):
+                    proto.check_key(name, getattr(req, name), key_type, nullable=req.kind == "probe_range")
+            if req.as_of is not None:
+                snap.check_as_of(req.as_of)
+        whole = req.kind == "scan" and req.as_of is None
+        # an empty location list means "this same server"
+        endpoint = flight.FlightEndpoint(req.encode(), [])
+        return flight.FlightInfo(schema, descriptor, [endpoint],
+                                 total_records=info["records"] if whole else -1,
+                                 total_bytes=info["bytes"] if whole else -1,
+                                 app_metadata=json.dumps(info).encode())
+
+
+def _tagged(batches: Iterator[pa.RecordBatch], schema: pa.Schema, meta: bytes) -> Iterator:
+    """Yields ``batches`` with ``meta`` attached to the first; an empty answer is one empty batch
+    so that the client still learns which state answered."""
+    first = True
+    for b in batches:
+        if first:
+            first = False
+            yield b, meta
+        else:
+            yield b
+    if first:
+        yield pa.RecordBatch.from_pylist([], schema=schema), meta
+
+
+def _closing(batches: Iterator[pa.RecordBatch], snap: Snapshot) -> Iterator[pa.RecordBatch]:
+    try:
+        yield from batches
+    finally:
+        snap.close()

@@ -1,0 +1,109 @@
+"""``ebb serve`` (an Arrow Flight server for one archive) and ``ebb probe --server`` (its client).
+
+Registered through ``cli.LAYER_COMMANDS``; pyarrow.flight is imported only when a command runs,
+because ``ebb --help`` imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import signal
+import sys
+
+TOKEN_ENV = "EBB_FLIGHT_TOKEN"  # lets scripts pass the token without showing it in `ps`
+
+DESCRIPTION = """\
+Serve one archive over Arrow Flight (gRPC) until interrupted (Ctrl-C or SIGTERM).
+
+Clients send tickets, JSON objects naming a read (never a file):
+  {"kind": "probe", "key": 42, "as_of": 1200}
+  {"kind": "probe_range", "lo": 10, "hi": 20}
+  {"kind": "scan"}
+as_of defaults to the time of the last update. Every request reads one committed state, so
+answers stay exact while `ebb load` updates the archive from other processes; scans stream.
+list_flights / get_flight_info describe the archive (schema, last update, sizes).
+
+With --token (or $EBB_FLIGHT_TOKEN) every call must send 'authorization: Bearer TOKEN'.
+Query it with `ebb probe --server grpc://HOST:PORT KEY` or ebb.query.flight_client.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    c = subparsers.add_parser("serve", help="serve an archive over Arrow Flight (probes and scans)",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("path", help="archive directory")
+    c.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    c.add_argument("--port", type=int, default=8815, help="TCP port (default 8815; 0 picks a free port, printed at start)")
+    c.add_argument("--token", default=os.environ.get(TOKEN_ENV),
+                   help=f"require 'authorization: Bearer TOKEN' on every call (default: ${TOKEN_ENV}, else no token)")
+    c.set_defaults(handler=run)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from .flight_server import ArchiveFlightServer
+
+    try:
+        server = ArchiveFlightServer(args.path, host=args.host, port=args.port, token=args.token or None)
+    except (pa.ArrowException, OSError) as e:
+        print(f"ebb: error: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    if not args.token and not _is_loopback(args.host):
+        print(f"ebb: warning: serving on {args.host} without --token: anyone who can reach it can read the archive",
+              file=sys.stderr)
+
+    # serve() returns on a signal only if Python has a handler for it; SIGTERM has none by default
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    auth = "token required" if args.token else "no token"
+    print(f"ebb: serving {server.archive.path} at {server.url} ({auth}); Ctrl-C to stop", flush=True)
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    print("ebb: server stopped", file=sys.stderr)
+    return 0
+
+
+def run_remote_probe(a: argparse.Namespace) -> int:
+    """``ebb probe --server URL KEY [--to KEY2] [--as-of T]``: the same output as a local probe."""
+    import pyarrow.flight as flight
+
+    from ..storage import keys as keycodec
+    from .flight_client import FlightArchiveClient, error_message
+    from .output import write
+
+    try:
+        with FlightArchiveClient(a.server, token=a.token or None) as c:
+            fi = c.flight_info()
+            info, schema = json.loads(fi.app_metadata), fi.schema
+            if not info["schema"]:
+                print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
+                return 0
+            kt = schema.field(info["key_column"]).type
+            lo = keycodec.parse(a.key, kt)
+            t = c.probe_range(lo, keycodec.parse(a.to, kt), a.as_of) if a.to is not None else c.probe(lo, a.as_of)
+    except flight.FlightError as e:
+        print(f"ebb: error: {a.server}: {error_message(e).removeprefix('ebb: ')}", file=sys.stderr)
+        return 1
+    n = write(t.to_batches(), t.schema, a.format, a.out)
+    if a.out or a.format == "table":
+        print(f"{n} records", file=sys.stderr)
+    return 0

@@ -1,0 +1,283 @@
+"""Spark data source ``ebb``: read an archive as a DataFrame (PySpark 4 Python data source API).
+
+    from ebb.query.spark_source import register
+    register(spark)                          # once per session
+    df = spark.read.format("ebb").option("as_of", 1200).load("/data/arc")
+    df.filter("key = 42")                    # pushed down: probes, not a scan
+
+- Partitions: one per non-empty sub-index, so a scan reads the sub-indices in parallel. Each
+  partition streams ``ArchiveReader.scan(subindices=[i])`` as Arrow record batches (no per-row
+  Python).
+- Filters on the key column are pushed down (``pushFilters``): ``=``, ``IN`` (and ``<=>``) become
+  probes, and only the sub-indices whose directory holds a live bucket of such a key get a
+  partition (the planner looks the keys up; no bucket is read to plan); ``<``, ``<=``, ``>``,
+  ``>=`` become range probes in every non-empty sub-index. Only those keys' buckets are read.
+  Other filters are left to Spark.
+- Consistency: the planner pins the committed state (``update_seq``) and ``as_of`` (default: the
+  last update time) in every partition. A partition reads from one snapshot and refuses to answer
+  from any other state, so a DataFrame is either exactly one committed state or an error saying
+  that an update committed in between (re-run the read).
+- Options: ``as_of`` (int chronons); ``metrics_dir``: each partition writes a JSON file there with
+  what it read (``ReadStats``: sub-indices, buckets, bytes, rows), for tests and tuning.
+
+Planning and reading run in Spark's Python worker processes, which open the archive themselves;
+the path must be visible to them (local mode, or a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
+    InputPartition, IsNotNull, LessThan, LessThanOrEqual,
+)
+from pyspark.sql.types import StructType
+
+FORMAT = "ebb"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def register(spark) -> None:
+    """Registers the ``ebb`` format with ``spark`` and enables Python filter pushdown (Spark
+    refuses to plan a Python source that implements pushFilters without it)."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(EbbDataSource)
+
+
+@dataclass(frozen=True)
+class KeySelection:
+    """The keys the pushed filters allow: a set of points and/or inclusive bounds (None: open).
+    ``points is None`` means no equality filter was pushed."""
+
+    points: tuple | None = None
+    lo: Any = None
+    hi: Any = None
+
+    def with_points(self, values) -> "KeySelection":
+        vals = set(values)
+        return replace(self, points=tuple(sorted(vals if self.points is None else vals & set(self.points))))
+
+    def with_lo(self, v) -> "KeySelection":
+        return replace(self, lo=v if self.lo is None else max(self.lo, v))
+
+    def with_hi(self, v) -> "KeySelection":
+        return replace(self, hi=v if self.hi is None else min(self.hi, v))
+
+    @property
+    def bounded(self) -> bool:
+        return self.lo is not None or self.hi is not None
+
+    def resolved_points(self) -> tuple | None:
+        """The points within the bounds (None if no equality filter)."""
+        if self.points is None:
+            return None
+        return tuple(p for p in self.points if (self.lo is None or p >= self.lo) and (self.hi is None or p <= self.hi))
+
+    @property
+    def empty(self) -> bool:
+        pts = self.resolved_points()
+        if pts is not None:
+            return not pts
+        return self.lo is not None and self.hi is not None and self.lo > self.hi
+
+
+class EbbPartition(InputPartition):
+    """One sub-index (0-based ``subindex``) of one pinned committed state. ``kind`` is scan,
+    probe (``keys``) or probe_range (``lo``..``hi``)."""
+
+    def __init__(self, subindex: int, update_seq: int, as_of: int, kind: str,
+                 keys: tuple = (), lo: Any = None, hi: Any = None):
+        super().__init__(subindex)
+        self.subindex, self.update_seq, self.as_of, self.kind = subindex, update_seq, as_of, kind
+        self.keys, self.lo, self.hi = keys, lo, hi
+
+    def __repr__(self) -> str:
+        return f"EbbPartition(I{self.subindex + 1}, {self.kind}, update {self.update_seq}, as_of {self.as_of})"
+
+
+class StaleRead(RuntimeError):
+    """The archive was updated between planning and reading this partition."""
+
+
+class EbbDataSource(DataSource):
+    """``spark.read.format("ebb").load(PATH)``."""
+
+    def __init__(self, options: dict[str, str]):
+        super().__init__(options)
+        path = options.get("path")
+        if not path:
+            raise ValueError("the ebb data source needs a path: spark.read.format('ebb').load(PATH)")
+        self.path = os.path.abspath(path)
+        raw = options.get("as_of")
+        try:
+            self.as_of = None if raw in (None, "") else int(raw)
+        except ValueError:
+            raise ValueError(f"option as_of must be an integer number of chronons, got {raw!r}") from None
+        self.metrics_dir = options.get("metrics_dir") or None
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from ..storage.archive import Archive
+
+        with Archive(self.path) as arc:
+            schema = arc.schema
+        if schema is None:
+            raise ValueError(f"the archive {self.path} is empty: nothing has been loaded, so it has no schema yet")
+        return from_arrow_schema(schema)
+
+    def reader(self, schema: StructType) -> "EbbReader":
+        from ..storage.archive import Archive
+
+        with Archive(self.path) as arc:
+            cfg = arc.config
+            stored = arc.schema
+        if stored is None:
+            raise ValueError(f"the archive {self.path} is empty: nothing has been loaded")
+        missing = [f.name for f in schema.fields if f.name not in stored.names]
+        if missing:
+            raise ValueError(f"column(s) {', '.join(missing)} are not in the archive (it has {', '.join(stored.names)})")
+        key_is_int = pa.types.is_integer(stored.field(cfg.key_column).type)
+        return EbbReader(self.path, self.as_of, self.metrics_dir, schema, cfg.key_column, key_is_int)
+
+
+class EbbReader(DataSourceReader):
+    """Plans partitions on one committed state and reads them as Arrow record batches."""
+
+    def __init__(self, path: str, as_of: int | None, metrics_dir: str | None, schema: StructType,
+                 key_column: str, key_is_int: bool):
+        self.path, self.as_of, self.metrics_dir = path, as_of, metrics_dir
+        self.schema = schema
+        self.key_column, self.key_is_int = key_column, key_is_int
+        self.selection = KeySelection()
+
+    # -- planning (driver-side Python worker) ----------------------------------------------------
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Takes the filters on the key column that probes answer exactly; yields the rest (Spark
+        evaluates those after the read)."""
+        for f in filters:
+            if not self._push(f):
+                yield f
+
+    def _key_value(self, v: Any) -> bool:
+        from ..storage.keys import MAX_STRING_KEY_BYTES
+
+        if self.key_is_int:
+            return isinstance(v, int) and not isinstance(v, bool) and _INT64_MIN <= v <= _INT64_MAX
+        return isinstance(v, str) and len(v.encode()) <= MAX_STRING_KEY_BYTES
+
+    def _push(self, f: Filter) -> bool:
+        """Narrows the selection by ``f``; True if the read then answers ``f`` exactly."""
+        if getattr(f, "attribute", None) != (self.key_column,):
+            return False
+        sel = self.selection
+        if isinstance(f, IsNotNull):
+            return True  # keys are never null
+        if isinstance(f, (EqualTo, EqualNullSafe)):
+            if not self._key_value(f.value):
+                return False
+            self.selection = sel.with_points([f.value])
+            return True
+        if isinstance(f, In):
+            # a NULL in the list matches nothing; any other non-key value: leave it to Spark
+            vals = [v for v in f.value if v is not None]
+            if not all(self._key_value(v) for v in vals):
+                return False
+            self.selection = sel.with_points(vals)
+            return True
+        if not isinstance(f, (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)) or not self._key_value(f.value):
+            return False
+        v = f.value
+        strict = isinstance(f, (GreaterThan, LessThan))
+        if self.key_is_int and strict:
+            # integer keys: x > v is x >= v+1, exactly; out of int64 means nothing matches
+            v = v + 1 if isinstance(f, GreaterThan) else v - 1
+            if not _INT64_MIN <= v <= _INT64_MAX:
+                self.selection = sel.with_points([])
+                return True
+        lower = isinstance(f, (GreaterThan, GreaterThanOrEqual))
+        self.selection = sel.with_lo(v) if lower else sel.with_hi(v)
+        # strict string bounds are read inclusively; Spark drops the bound itself afterwards
+        return not (strict and not self.key_is_int)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from .reader import ArchiveReader
+
+        with ArchiveReader(self.path) as r:
+            snap = r.snapshot()
+            try:
+                as_of = snap.check_as_of(self.as_of)
+                seq = snap.state.update_seq
+                nonempty = [i for i, s in enumerate(snap.state.subindices) if s.records] if snap.schema is not None else []
+                sel = self.selection
+                if sel.empty or not nonempty:
+                    return []  # Spark then runs one partition of InputPartition(None): no rows
+                points = sel.resolved_points()
+                if points is not None:
+                    parts = []
+                    for i in nonempty:
+                        # directory lookups only: does sub-index i hold a bucket of k alive at as_of?
+                        held = tuple(k for k in points if (snap.entries(i, k, point=True).descs["max_exp"] > as_of).any())
+                        if held:
+                            parts.append(EbbPartition(i, seq, as_of, "probe", keys=held))
+                    return parts
+                kind = "probe_range" if sel.bounded else "scan"
+                return [EbbPartition(i, seq, as_of, kind, lo=sel.lo, hi=sel.hi) for i in nonempty]
+            finally:
+                snap.close()
+
+    # -- reading (executor-side Python worker) ----------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, EbbPartition):
+            return  # the placeholder partition Spark adds when the plan has none
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from .reader import ArchiveReader
+
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        names = self.schema.fieldNames()
+        rows = 0
+        with ArchiveReader(self.path) as r:
+            snap = r.snapshot()
+            try:
+                if snap.state.update_seq != partition.update_seq:
+                    raise StaleRead(
+                        f"ebb: the archive {self.path} was updated (update {partition.update_seq} -> "
+                        f"{snap.state.update_seq}) after this read was planned; a read must see one committed "
+                        "state, so re-run it (create the DataFrame again)")
+                i, t = partition.subindex, partition.as_of
+                if partition.kind == "scan":
+                    batches: Iterator[pa.RecordBatch] = r.scan(t, [i], snapshot=snap)
+                elif partition.kind == "probe":
+                    batches = (b for k in partition.keys for b in r.probe(k, t, [i], snapshot=snap).to_batches())
+                else:
+                    batches = iter(r.probe_range(partition.lo, partition.hi, t, [i], snapshot=snap).to_batches())
+                for b in batches:
+                    if b.num_rows:
+                        rows += b.num_rows
+                        yield b.select(names).cast(target)
+            finally:
+                snap.close()
+                if self.metrics_dir:
+                    self._write_metrics(partition, r, rows)
+
+    def _write_metrics(self, partition: EbbPartition, r, rows: int) -> None:
+        os.makedirs(self.metrics_dir, exist_ok=True)
+        rec = {"subindex": partition.subindex + 1, "kind": partition.kind, "update_seq": partition.update_seq,
+               "as_of": partition.as_of, "rows": rows, "pid": os.getpid(), **r.io.to_dict()}
+        # one file per partition run (a unique name, so retries and parallel tasks never collide)
+        name = os.path.join(self.metrics_dir, f"I{partition.subindex + 1:04d}-{uuid.uuid4().hex}.json")
+        with open(name + ".tmp", "w") as f:
+            json.dump(rec, f)
+        os.replace(name + ".tmp", name)

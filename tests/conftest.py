@@ -1,0 +1,14 @@
+"""Shared fixtures: one local Spark session for the whole test run (starting one costs ~10 s)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from ebb.indexer.spark import session
+
+    s = session("local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+    yield s
+    s.stop()

@@ -1,0 +1,181 @@
+"""The Spark data source: a DataFrame over an archive holds exactly a library scan's rows (and the
+oracle's), is split into one partition per non-empty sub-index, and a key filter is answered by
+probes that read only the probed keys' buckets: shown by the ReadStats each partition writes to
+``metrics_dir`` (which sub-indices and how many buckets and bytes it read)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from ebb.query.reader import ArchiveReader
+from ebb.storage.archive import Archive
+
+from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
+
+RARE = 10_000  # a key loaded once, so it lives in exactly one sub-index
+
+
+@pytest.fixture(scope="module")
+def session():
+    """A local[2] session for this module (or the one a previous module left running: a JVM
+    holds one SparkContext, so only a session this fixture created is stopped here)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from ebb.query.spark_source import register
+
+    existed = SparkContext._active_spark_context is not None
+    s = (SparkSession.builder.master("local[2]").appName("ebb-spark-source-test")
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    register(s)
+    yield s
+    if not existed:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A 2x3 round-robin Rebuild archive (6 sub-indices) after a bulk load and 4 updates."""
+    path = str(tmp_path_factory.mktemp("spark") / "arc")
+    rng = np.random.default_rng(23)
+    oracle = Oracle()
+    with Archive.create(path, config(G=2, E=3, max_lifetime=18)) as arc:
+        rows = random_rows(rng, 3000, 1, 16, 18, 200, "b")
+        arc.load(table_of(rows, SCHEMA), 16)
+        oracle.load(rows, 16)
+        for T in (18, 20, 22, 24):
+            rows = random_rows(rng, 600, T - 1, T, 18, 200, f"u{T}-")
+            if T == 20:
+                rows.append({"key": RARE, "ts": 20, "exp": 27, "payload": "rare"})
+            arc.load(table_of(rows, SCHEMA), T)
+            oracle.load(rows, T)
+    return path, oracle, 24
+
+
+def _df(session, path, **opts):
+    r = session.read.format("ebb")
+    for k, v in opts.items():
+        r = r.option(k, str(v))
+    return r.load(path)
+
+
+def _rows(df) -> "Counter":
+    return rows_multiset([r.asDict() for r in df.collect()])
+
+
+def _metrics(d) -> list[dict]:
+    return [json.load(open(f)) for f in sorted(glob.glob(os.path.join(str(d), "*.json")))]
+
+
+@pytest.fixture(scope="module")
+def full_scan(session, built, tmp_path_factory):
+    """One DataFrame scan with metrics: its rows, partition count and per-partition ReadStats."""
+    d = tmp_path_factory.mktemp("scan-metrics")
+    df = _df(session, built[0], metrics_dir=d)
+    return _rows(df), df.rdd.getNumPartitions(), _metrics(d), df.schema
+
+
+def test_dataframe_equals_a_library_scan_and_is_split_by_subindex(built, full_scan):
+    path, oracle, last = built
+    rows, partitions, m, schema = full_scan
+    with ArchiveReader(path) as lib:
+        lib_rows = rows_multiset(lib.scan_table())
+        assert [f.name for f in schema.fields] == lib.result_schema().names
+        nonempty = sum(1 for s in lib.archive.state().subindices if s.records)
+    assert nonempty == 6
+    assert partitions == nonempty > 1
+    assert rows == lib_rows == oracle.scan(last)
+    assert sorted(x["subindex"] for x in m) == [1, 2, 3, 4, 5, 6]  # each partition read its own sub-index
+    assert all(x["subindices_read"] == [x["subindex"]] and x["kind"] == "scan" and x["update_seq"] == 5 for x in m)
+    assert sum(x["rows"] for x in m) == sum(oracle.scan(last).values())
+
+
+def test_as_of_option(session, built):
+    path, oracle, last = built
+    for t in (last + 1, last + 7):
+        assert _rows(_df(session, path, as_of=t)) == oracle.scan(t)
+    with pytest.raises(Exception, match="before the last update"):
+        _df(session, path, as_of=last - 2).collect()
+
+
+def test_key_equality_reads_only_the_probed_buckets(session, built, full_scan, tmp_path):
+    path, oracle, last = built
+    from pyspark.sql.functions import col
+
+    probe_dir = tmp_path / "probe"
+    scan_m = full_scan[2]
+
+    df = _df(session, path, metrics_dir=probe_dir).filter(col("key") == RARE)
+    assert df.rdd.getNumPartitions() == 1  # only the one sub-index whose directory holds the key
+    assert _rows(df) == oracle.probe(RARE, last) and sum(oracle.probe(RARE, last).values()) == 1
+    m = _metrics(probe_dir)
+    assert len(m) == 1 and m[0]["kind"] == "probe"
+    with ArchiveReader(path) as lib:
+        lib.probe(RARE)
+        assert m[0]["buckets_read"] == lib.io.buckets_read == 1
+        assert m[0]["bytes_read"] == lib.io.bytes_read
+    assert m[0]["subindices_read"] == [m[0]["subindex"]]
+    assert sum(x["buckets_read"] for x in scan_m) > 100 * m[0]["buckets_read"]
+    assert sum(x["bytes_read"] for x in scan_m) > 100 * m[0]["bytes_read"]
+
+
+def test_in_and_range_filters_are_probes(session, built, tmp_path):
+    path, oracle, last = built
+    from pyspark.sql.functions import col
+
+    keys = [3, 50, 199, RARE, 123456]
+    df = _df(session, path, metrics_dir=tmp_path / "in").filter(col("key").isin(keys))
+    expected = sum((oracle.probe(k, last) for k in keys), start=type(oracle.probe(0, last))())
+    assert _rows(df) == expected
+    with ArchiveReader(path) as lib:
+        for k in keys:
+            lib.probe(k)
+        assert sum(x["buckets_read"] for x in _metrics(tmp_path / "in")) == lib.io.buckets_read
+
+    t = last + 2
+    df = _df(session, path, metrics_dir=tmp_path / "rng", as_of=t).filter((col("key") > 20) & (col("key") <= 35))
+    assert _rows(df) == oracle.probe_range(21, 35, t)
+    m = _metrics(tmp_path / "rng")
+    assert all(x["kind"] == "probe_range" for x in m)
+    with ArchiveReader(path) as lib:
+        lib.probe_range(21, 35, t)
+        assert sum(x["buckets_read"] for x in m) == lib.io.buckets_read
+        assert sum(x["bytes_read"] for x in m) == lib.io.bytes_read
+        full = ArchiveReader(path)
+        full.scan_table(t)
+        assert lib.io.buckets_read * 5 < full.io.buckets_read  # 15 of 200 keys
+        full.close()
+
+    # a filter on another column is left to Spark and still correct
+    df = _df(session, path, as_of=t).filter((col("key") >= 190) & (col("exp") > t + 5))
+    want = rows_multiset([r for r in oracle.valid(t) if r["key"] >= 190 and r["exp"] > t + 5])
+    assert _rows(df) == want
+    # contradictory filters: nothing to read at all
+    assert _df(session, path).filter((col("key") == 3) & (col("key") == 4)).count() == 0
+
+
+def test_a_dataframe_never_mixes_states(session, built, tmp_path):
+    """Partitions are pinned to the state the plan was made on; after an update a partition
+    refuses to read rather than return another state."""
+    import shutil
+
+    path, oracle, last = built
+    copy = str(tmp_path / "copy")
+    shutil.copytree(path, copy)
+    df = _df(session, copy)
+    df.collect()  # planned (and pinned) on update 5
+    with Archive(copy) as arc:
+        arc.load(table_of([{"key": 1, "ts": 26, "exp": 30, "payload": "new"}], SCHEMA), 26)
+    with pytest.raises(Exception, match="was updated"):
+        df.collect()
+    assert _rows(_df(session, copy)) == rows_multiset(
+        [r for r in oracle.valid(26) if r["exp"] > 26] + [{"key": 1, "ts": 26, "exp": 30, "payload": "new"}])

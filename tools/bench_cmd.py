@@ -1,0 +1,200 @@
+"""``ebb bench WORKLOAD``: reproduce the thesis's experiments (Chapter 4.4) and compare ebb with
+the stores users would otherwise pick, on the same records and the same update schedule.
+
+The command measures the machine's sequential disk bandwidth, runs every configuration (ebb
+layouts and peers) in a process of its own through ``tools.run_config``, showing a progress
+bar, then summarises (``tools.results``), draws the thesis-style figures (``tools.plots``) and
+rewrites ``docs/benchmarks.md`` (``tools.report``). Registered in ``query/cli.py`` through
+``LAYER_COMMANDS``; imports nothing heavy until it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD_NAMES = ("thesis-small", "thesis-large", "fluctuating", "many-keys", "quick")
+# per workload: (updates, scan every K-th update, cold-cache slot one in K scans); see --help
+SCHEDULES: dict[str, tuple[int, int, int]] = {
+    "thesis-small": (36, 1, 6),
+    "fluctuating": (36, 3, 12),
+    "thesis-large": (6, 2, 3),
+    "many-keys": (8, 2, 4),
+    "quick": (6, 1, 3),
+}
+
+DESCRIPTION = """\
+Run a benchmark workload against ebb's layouts and the peer stores.
+
+Workloads (thesis section 4.4; uniform keys, lifetimes uniform in [1, S], S = 36 Delta, bulk
+load then periodic updates, each followed by a probe of a random key and a full scan):
+  thesis-small   1000-byte records, 100 keys, ~500 MB live, 36 updates; all wave layouts
+                 (R/D-ins/exp, n = 4, 9, 16, 25), doubly Rebuild/NoRebuild round-robin and
+                 chronological at 2x2..5x5, 2x8, 8x2, and every peer (Figures 4.4-4.7);
+                 a scan after every update, 6 cold slots
+  fluctuating    as thesis-small with the data rate varying randomly by up to x4 (Figure 4.8);
+                 R-ins, D-ins, Rebuild, NoRebuild (round-robin and random) at n = 4, 16;
+                 36 updates, scans after every 3rd, 1 cold slot
+  thesis-large   ~5 GB live (Figures 4.9-4.11): R-ins, D-ins at n = 4, 16, Rebuild and
+                 NoRebuild 2x2, 4x4; no peers; 6 updates, scans after every 2nd, 1 cold slot
+  many-keys      1,000,000 keys, 200-byte records, ~500 MB live: R-ins16, D-ins16,
+                 Rebuild4x4, NoRebuild4x4 and every peer; 8 updates, scans after every 2nd
+  quick          a tiny version of everything, for CI (well under 2 minutes)
+
+Every update, probe and scan records wall time, /proc/self/io bytes read and written, peak
+RSS, ebb's own counts (sub-indices, buckets, bytes) and the store's size on disk; a random
+subset of updates (see --cold-every) is repeated with the page cache dropped first (root only;
+reported if not allowed). Results go to --out (ops.csv, summary.csv, machine.json, figures);
+unless --no-docs, the figures and their CSVs are copied to docs/benchmarks/ and
+docs/benchmarks.md is rewritten from every workload summarised there.
+"""
+
+EPILOG = """\
+examples:
+  ebb bench quick                                  # CI smoke run, writes nothing under docs/
+  ebb bench thesis-small                           # the full reproduction (about an hour)
+  ebb bench thesis-large --configs Rebuild4x4,R-ins16 --updates 6
+  ebb bench thesis-small --resume                  # continue an interrupted run
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="reproduce the thesis's experiments and compare with SQLite, DuckDB, LMDB, RocksDB, Parquet",
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("workload", choices=WORKLOAD_NAMES, help="which workload to run (see above)")
+    p.add_argument("--out", metavar="DIR", help="results directory (default: bench-results/WORKLOAD in the current directory)")
+    p.add_argument("--configs", metavar="LIST",
+                   help="comma-separated configurations instead of the workload's default set, e.g. "
+                   "R-ins16,D-exp9,Rebuild4x4,NoRebuild2x8-chr,Rebuild3x3-rand,sqlite,parquet")
+    p.add_argument("--no-peers", action="store_true", help="leave out SQLite, DuckDB, LMDB, RocksDB and Parquet")
+    p.add_argument("--updates", type=int, metavar="N", help="periodic updates after the bulk load (default: the workload's)")
+    p.add_argument("--scan-every", type=int, metavar="K",
+                   help="scan after every K-th update only (1 = the thesis protocol; default: the workload's, above)")
+    p.add_argument("--cold-every", type=int, metavar="K",
+                   help="drop the page cache before one update in K (chosen at random, the same for every "
+                   "configuration) and, in those slots, also measure a cold probe and a cold scan; 0 = never "
+                   "(default: the workload's, above)")
+    p.add_argument("--bandwidth-mib", type=int, metavar="MIB",
+                   help="size of the O_DIRECT sequential read/write test (default 1024; quick 64; 0 = skip)")
+    p.add_argument("--resume", action="store_true", help="keep configurations already complete in --out and run the rest")
+    p.add_argument("--no-docs", action="store_true", help="do not touch docs/ (default for quick)")
+    p.add_argument("--docs-dir", metavar="DIR", help=f"where benchmarks.md and benchmarks/ go (default: {REPO_ROOT / 'docs'})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (one line per configuration instead)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import configs as cfgs
+    from .plan import Plan
+
+    quick = args.workload == "quick"
+    names = args.configs.split(",") if args.configs else cfgs.default_configs(args.workload)
+    names = [n.strip() for n in names if n.strip()]
+    if args.no_peers:
+        names = [n for n in names if n not in cfgs.PEERS]
+    for n in names:
+        cfgs.parse(n)  # ValueError (exit 1) names the bad one before anything runs
+    out = Path(args.out or Path.cwd() / "bench-results" / args.workload).resolve()
+    updates, scan_every, cold_every = SCHEDULES[args.workload]
+    plan = Plan.create(args.workload, names, out, updates=args.updates or updates, scan_every=args.scan_every or scan_every,
+                       cold_every=cold_every if args.cold_every is None else args.cold_every)
+    bandwidth = (64 if quick else 1024) if args.bandwidth_mib is None else args.bandwidth_mib
+    status = execute(plan, bandwidth << 20, resume=args.resume, progress=not args.no_progress)
+
+    from . import results
+
+    summary = results.summarise(plan)
+    results.write(plan, summary)
+    print(f"results: {plan.out}/ (ops.csv, summary.csv, machine.json)")
+    if not (args.no_docs or (quick and args.docs_dir is None)):
+        from . import report
+
+        docs = Path(args.docs_dir).resolve() if args.docs_dir else REPO_ROOT / "docs"
+        written = report.publish(plan, summary, docs)
+        print(f"docs: {written}")
+    else:
+        from . import plots
+
+        figs = plots.draw_workload(plan.workload, {plan.workload: summary}, plan.out)
+        print(f"figures: {', '.join(str(f) for f in figs) or '(none for this set of configurations)'}")
+    return status
+
+
+def execute(plan, bandwidth_bytes: int, resume: bool, progress: bool) -> int:
+    """Runs every configuration of ``plan`` not already complete; 0 if all succeeded, else 1."""
+    from . import machine
+    from .results import complete_configs
+
+    plan.out.mkdir(parents=True, exist_ok=True)
+    stores = plan.out / "stores"
+    stores.mkdir(exist_ok=True)
+    mach_path = plan.out / "machine.json"
+    if not (resume and mach_path.exists()):
+        mach = machine.describe(str(stores), bandwidth_bytes)
+        mach_path.write_text(json.dumps(mach, indent=2))
+    else:
+        mach = json.loads(mach_path.read_text())
+    if mach["cold_cache_problem"]:
+        print(f"ebb bench: cold-cache measurements disabled: {mach['cold_cache_problem']}", file=sys.stderr)
+        plan.disable_cold()
+    plan.save()
+    ops_csv = plan.out / "ops.csv"
+    done = complete_configs(plan) if resume else set()
+    if not resume and ops_csv.exists():
+        ops_csv.unlink()
+    elif resume:
+        _drop_incomplete(ops_csv, done)
+    todo = [c for c in plan.configs if c not in done]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=plan.ops_per_config() * len(todo), unit="op", desc=plan.workload, dynamic_ncols=True)
+    failures = []
+    for name in todo:
+        job_path = plan.out / f"job-{name}.json"
+        job_path.write_text(json.dumps(plan.job(name, str(stores / name), str(ops_csv))))
+        t0 = time.time()
+        if bar is not None:
+            bar.set_postfix_str(name)
+        proc = subprocess.Popen([sys.executable, "-m", "ebb.tools.run_config", str(job_path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in proc.stdout:
+            if bar is not None and line.startswith("op "):
+                bar.update(1)
+        err = proc.stderr.read()
+        rc = proc.wait()
+        job_path.unlink(missing_ok=True)
+        if rc != 0:
+            failures.append(name)
+            (plan.out / f"failed-{name}.log").write_text(err)
+            msg = f"ebb bench: {name} failed (exit {rc}); see {plan.out}/failed-{name}.log"
+            print(msg, file=sys.stderr) if bar is None else bar.write(msg)
+        elif bar is None:
+            print(f"{name}: {time.time() - t0:.1f} s", flush=True)
+    if bar is not None:
+        bar.close()
+    return 1 if failures else 0
+
+
+def _drop_incomplete(ops_csv: Path, keep: set[str]) -> None:
+    """Removes the rows of configurations that did not finish, so they can run again."""
+    import csv
+
+    if not ops_csv.exists():
+        return
+    with open(ops_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+        fields = rows[0].keys() if rows else []
+    with open(ops_csv, "w", newline="") as f:
+        if rows:
+            w = csv.DictWriter(f, fieldnames=list(fields))
+            w.writeheader()
+            w.writerows(r for r in rows if r["config"] in keep)

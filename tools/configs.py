@@ -1,0 +1,96 @@
+"""The configurations a benchmark runs: ebb's layouts (named as in the thesis) and the peers.
+
+Names follow thesis section 4.4.1: ``R-ins4`` / ``R-exp9`` / ``D-ins16`` / ``D-exp25`` are wave
+indices (R = REINDEX, i.e. ebb's rebuild mode; D = DEL, norebuild; ins/exp = split by insertion or
+expiration time; the number is n); ``Rebuild4x4`` / ``NoRebuild2x8`` are doubly partitioned
+round-robin indices with G x E sub-indices; a ``-chr`` suffix means chronological and ``-rand``
+random partitioning. Peers are ``sqlite``, ``duckdb``, ``lmdb``, ``rocksdb`` and ``parquet``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+PEERS = ("sqlite", "duckdb", "lmdb", "rocksdb", "parquet")
+WAVE_NS = (4, 9, 16, 25)
+SQUARES = ((2, 2), (3, 3), (4, 4), (5, 5))
+SKEWED = ((2, 8), (8, 2))
+
+
+@dataclass(frozen=True)
+class Config:
+    """One thing to benchmark: an ebb layout or a peer store."""
+
+    name: str
+    family: str  # "wave" | "doubly" | "peer"
+    mode: str = ""  # ebb: "rebuild" | "norebuild"
+    split: str = ""  # wave: "insertion" | "expiration"
+    partitioning: str = ""  # doubly: "round-robin" | "chronological" | "random"
+    G: int = 0
+    E: int = 0
+    n: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def technique(self) -> str:
+        """The line this configuration belongs to in the thesis's plots (n varies along it)."""
+        if self.family == "wave":
+            return self.name.rstrip("0123456789")
+        if self.family == "doubly":
+            base = "Rebuild" if self.mode == "rebuild" else "NoRebuild"
+            return base + {"round-robin": "", "chronological": "-chr", "random": "-rand"}[self.partitioning]
+        return self.name
+
+
+_WAVE = re.compile(r"^([RD])-(ins|exp)(\d+)$")
+_DOUBLY = re.compile(r"^(Rebuild|NoRebuild)(\d+)x(\d+)(-chr|-rand)?$")
+
+
+def parse(name: str) -> Config:
+    """The configuration a name denotes; ValueError with the accepted forms otherwise."""
+    if name in PEERS:
+        return Config(name=name, family="peer")
+    m = _WAVE.match(name)
+    if m:
+        n = int(m.group(3))
+        if not 1 <= n <= 36:
+            raise ValueError(f"{name}: a wave index needs 1 <= n <= p = 36")
+        return Config(name=name, family="wave", mode="rebuild" if m.group(1) == "R" else "norebuild",
+                      split="insertion" if m.group(2) == "ins" else "expiration", n=n)
+    m = _DOUBLY.match(name)
+    if m:
+        g, e = int(m.group(2)), int(m.group(3))
+        part = {None: "round-robin", "-chr": "chronological", "-rand": "random"}[m.group(4)]
+        return Config(name=name, family="doubly", mode="rebuild" if m.group(1) == "Rebuild" else "norebuild",
+                      partitioning=part, G=g, E=e, n=g * e)
+    raise ValueError(f"unknown configuration {name!r}: expected R-ins<n>, R-exp<n>, D-ins<n>, D-exp<n>, "
+                     f"Rebuild<G>x<E>, NoRebuild<G>x<E> (optionally -chr or -rand) or one of {', '.join(PEERS)}")
+
+
+def wave_layouts(ns: tuple[int, ...] = WAVE_NS) -> list[str]:
+    return [f"{m}-{s}{n}" for m in "RD" for s in ("ins", "exp") for n in ns]
+
+
+def doubly_layouts(shapes: tuple[tuple[int, int], ...] = SQUARES + SKEWED, suffixes: tuple[str, ...] = ("", "-chr")) -> list[str]:
+    return [f"{m}{g}x{e}{suf}" for suf in suffixes for m in ("Rebuild", "NoRebuild") for g, e in shapes]
+
+
+def default_configs(workload: str) -> list[str]:
+    """What ``ebb bench WORKLOAD`` runs when no --configs are given (see docs/benchmarks.md)."""
+    if workload in ("thesis-small", "quick"):
+        extra = [f"{m}4x4-rand" for m in ("Rebuild", "NoRebuild")] if workload == "quick" else []
+        return wave_layouts() + doubly_layouts() + extra + list(PEERS)
+    if workload == "fluctuating":
+        # thesis Figure 4.8 (R-ins, D-ins, Rebuild, NoRebuild) at n = 4 and 16, plus random
+        # partitioning, which section 4.3.3 proposes for fluctuating rates
+        return ([f"{m}-ins{n}" for m in "RD" for n in (4, 16)]
+                + doubly_layouts(((2, 2), (4, 4)), ("", "-rand")))
+    if workload == "thesis-large":
+        # Figures 4.9-4.11: R-ins, D-ins, Rebuild, NoRebuild; n = 4 and 16 (see docs/benchmarks.md)
+        return [f"{m}-ins{n}" for m in "RD" for n in (4, 16)] + doubly_layouts(((2, 2), (4, 4)), ("",))
+    if workload == "many-keys":
+        return ["R-ins16", "D-ins16"] + doubly_layouts(((4, 4),), ("",)) + list(PEERS)
+    raise ValueError(f"no default configurations for workload {workload!r}")

@@ -1,0 +1,78 @@
+"""What machine a benchmark ran on: CPU, memory, kernel, file system, library versions, the
+sequential disk bandwidth measured in the same run, and whether cold-cache runs were possible."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+from .measure import cold_cache_problem, disk_bandwidth
+
+_LIBS = ("ebb", "numpy", "pyarrow", "lmdb", "duckdb", "rocksdict", "fastparquet", "matplotlib", "tqdm")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _mem_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _filesystem(path: str) -> str:
+    try:
+        out = subprocess.run(["df", "-T", path], capture_output=True, text=True, timeout=10).stdout.splitlines()
+        parts = out[1].split()
+        return f"{parts[1]} on {parts[0]}"
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _version(lib: str) -> str:
+    try:
+        return metadata.version(lib)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def describe(store_root: str, bandwidth_bytes: int) -> dict:
+    """The machine and its measured disk limits (writes and reads ``bandwidth_bytes`` once)."""
+    import sqlite3
+
+    bw = disk_bandwidth(store_root, bandwidth_bytes) if bandwidth_bytes else {}
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (0.0, 0.0, 0.0)
+    return {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_bytes": _mem_bytes(),
+        "kernel": platform.release(),
+        "filesystem": _filesystem(store_root),
+        "python": sys.version.split()[0],
+        "sqlite": sqlite3.sqlite_version,
+        "libraries": {lib: _version(lib) for lib in _LIBS},
+        "load_average_at_start": [round(x, 2) for x in load],
+        "disk": bw,
+        "cold_cache_problem": cold_cache_problem(),
+    }

@@ -1,0 +1,213 @@
+"""Figures in the style of the thesis's Figures 4.4-4.11, plus a peer comparison and an
+I/O-amplification chart. Each figure is a PNG with a CSV of exactly the values plotted.
+
+Which figures a workload gives:
+  thesis-small  fig4_4 (Rebuild4x4 vs 2x8 vs 8x2, normalised), fig4_5/4_6/4_7 (update, probe,
+                scan time vs n), peers, io_amplification
+  fluctuating   fig4_8 (update time under a steady and a fluctuating rate; needs thesis-small)
+  thesis-large  fig4_9/4_10/4_11 (update, probe, scan time vs n), io_amplification
+  many-keys     peers, io_amplification
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+MARKERS = {"R-ins": "o", "D-ins": "s", "R-exp": "^", "D-exp": "v", "Rebuild": "D", "NoRebuild": "x",
+           "Rebuild-chr": "d", "NoRebuild-chr": "+", "Rebuild-rand": "P", "NoRebuild-rand": "*"}
+LINES = {"R-ins": "-", "D-ins": "--", "R-exp": "-", "D-exp": "--", "Rebuild": "-", "NoRebuild": "--",
+         "Rebuild-chr": ":", "NoRebuild-chr": "-.", "Rebuild-rand": ":", "NoRebuild-rand": "-."}
+OPS = (("update_s", "update"), ("probe_s", "probe"), ("scan_s", "scan"))
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.grid": True, "grid.alpha": 0.3, "figure.dpi": 100})
+    return plt
+
+
+def _save(fig, df: pd.DataFrame, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path.with_suffix(".png"))
+    df.to_csv(path.with_suffix(".csv"), index=False, float_format="%.6g")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path.with_suffix(".png")
+
+
+def _squares(s: pd.DataFrame) -> pd.DataFrame:
+    """Wave layouts, and doubly layouts with G == E (the thesis's 2x2..5x5)."""
+    return s[(s.family == "wave") | ((s.family == "doubly") & (s.G == s.E))]
+
+
+def fig_vs_n(s: pd.DataFrame, metric: str, label: str, techniques: list[str], title: str, path: Path) -> Path | None:
+    """One line per technique: ``metric`` against n (thesis Figures 4.5-4.7, 4.9-4.11)."""
+    d = _squares(s)
+    d = d[d.technique.isin(techniques)][["technique", "n", "config", metric]].sort_values(["technique", "n"])
+    if d.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for t in techniques:
+        part = d[d.technique == t]
+        if len(part):
+            ax.plot(part.n, part[metric], LINES.get(t, "-"), marker=MARKERS.get(t, "o"), label=t, color="black" if "ins" in t or "-" not in t else "gray")
+    ax.set_xlabel("number of sub-indices n")
+    ax.set_ylabel(f"average {label} time (s)")
+    ax.set_xticks(sorted(d.n.unique()))
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    return _save(fig, d, path)
+
+
+def fig4_4(s: pd.DataFrame, path: Path) -> Path | None:
+    """Rebuild4x4, Rebuild2x8 and Rebuild8x2: update, probe and scan time normalised to the
+    largest of the three (as the thesis normalises)."""
+    names = ["Rebuild4x4", "Rebuild2x8", "Rebuild8x2"]
+    d = s[s.config.isin(names)].set_index("config")
+    if len(d) < 3:
+        return None
+    rows = []
+    for metric, op in OPS:
+        top = d[metric].max()
+        for n in names:
+            rows.append({"operation": op, "config": n, "seconds": d.loc[n, metric], "normalised": d.loc[n, metric] / top})
+    df = pd.DataFrame(rows)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.25
+    x = np.arange(3)
+    for k, (n, hatch) in enumerate(zip(names, ("", "//", ".."))):
+        vals = df[df.config == n].normalised.to_numpy()
+        ax.bar(x + (k - 1) * width, vals, width, label=n, color=["0.2", "0.6", "0.9"][k], edgecolor="black", hatch=hatch)
+    ax.set_xticks(x, [op for _, op in OPS])
+    ax.set_ylabel("time normalised to the slowest of the three")
+    ax.set_title("Figure 4.4: Rebuild4x4 vs Rebuild2x8 vs Rebuild8x2")
+    ax.set_ylim(0, 1.1)
+    ax.legend(fontsize=8)
+    return _save(fig, df, path)
+
+
+def fig4_8(steady: pd.DataFrame, fluct: pd.DataFrame, path: Path) -> Path | None:
+    """Update time of each configuration under the steady rate (light) and the increase caused
+    by the fluctuating rate (dark), as the thesis's Figure 4.8."""
+    both = fluct.merge(steady[["config", "update_s"]], on="config", suffixes=("", "_steady"))
+    both = both[both.family != "peer"]
+    extra = fluct[~fluct.config.isin(both.config) & (fluct.family != "peer")]
+    if both.empty and extra.empty:
+        return None
+    d = pd.concat([both, extra.assign(update_s_steady=np.nan)])
+    d = d.sort_values(["technique", "n"])[["config", "technique", "n", "update_s_steady", "update_s"]]
+    d = d.rename(columns={"update_s": "update_s_fluctuating"})
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    x = np.arange(len(d))
+    base = np.where(np.isfinite(d.update_s_steady), d.update_s_steady, 0)
+    inc = d.update_s_fluctuating.to_numpy() - base
+    ax.bar(x, np.minimum(base, d.update_s_fluctuating), color="0.85", edgecolor="black", label="steady rate")
+    ax.bar(x, np.clip(inc, 0, None), bottom=np.minimum(base, d.update_s_fluctuating), color="0.25", edgecolor="black",
+           label="increase under fluctuating rate")
+    dec = np.clip(-inc, 0, None)
+    if dec.any():
+        ax.bar(x, dec, bottom=d.update_s_fluctuating, color="white", edgecolor="black", hatch="//",
+               label="decrease under fluctuating rate")
+    labels = [c.replace("NoRebuild", "NoR").replace("Rebuild", "R") for c in d.config]
+    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("average update time (s)")
+    ax.set_title("Figure 4.8: effect of a data rate fluctuating by up to x4")
+    ax.legend(fontsize=8)
+    return _save(fig, d, path)
+
+
+def fig_peers(s: pd.DataFrame, workload: str, path: Path) -> Path | None:
+    """Update, probe and scan time (warm and cold, log scale) of ebb's best doubly partitioned
+    layout, its best wave layout and every peer."""
+    picks = []
+    for fam in ("doubly", "wave"):
+        f = s[(s.family == fam) & s.update_s.notna()]
+        if len(f):
+            picks.append(f.loc[f.update_s.idxmin()])
+    picks += [r for _, r in s[s.family == "peer"].iterrows()]
+    if len(picks) < 2:
+        return None
+    d = pd.DataFrame(picks)
+    d["label"] = [f"ebb {c}" if f != "peer" else c for c, f in zip(d.config, d.family)]
+    cols = ["update_s", "update_cold_s", "probe_s", "probe_cold_s", "scan_s", "scan_cold_s"]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    x = np.arange(len(cols))
+    width = 0.8 / len(d)
+    shades = np.linspace(0.1, 0.95, len(d))
+    for k, (_, r) in enumerate(d.iterrows()):
+        vals = [r[c] for c in cols]
+        ax.bar(x + (k - (len(d) - 1) / 2) * width, vals, width, label=r.label, color=str(shades[k]), edgecolor="black")
+    ax.set_xticks(x, ["update", "update cold", "probe", "probe cold", "scan", "scan cold"])
+    ax.set_yscale("log")
+    ax.set_ylabel("average time (s, log scale)")
+    ax.set_title(f"ebb vs peers, {workload} (same records, same schedule)")
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, d[["label", "config"] + cols], path)
+
+
+def fig_io(s: pd.DataFrame, workload: str, machine: dict, path: Path) -> Path | None:
+    """Write amplification of updates and read amplification of cold scans and probes."""
+    d = s[["config", "family", "write_amp_os", "scan_read_amp_cold", "probe_read_amp_cold", "scan_cold_GBps"]].copy()
+    if d.empty:
+        return None
+    d = d.sort_values(["family", "config"])
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, max(3.5, 0.17 * len(d) + 1)), sharey=True)
+    y = np.arange(len(d))
+    colors = ["0.3" if f == "peer" else "0.7" for f in d.family]
+    axes[0].barh(y, d.write_amp_os, color=colors, edgecolor="black")
+    axes[0].set_xlabel("bytes written to disk per byte of new records")
+    axes[0].set_title("update write amplification")
+    axes[1].barh(y - 0.2, d.scan_read_amp_cold, 0.4, color=colors, edgecolor="black", label="scan")
+    axes[1].barh(y + 0.2, d.probe_read_amp_cold, 0.4, color="white", edgecolor="black", hatch="//", label="probe")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("bytes read from disk per byte returned (cold, log)")
+    axes[1].set_title("read amplification")
+    axes[1].legend(fontsize=7)
+    axes[0].set_yticks(y, d.config, fontsize=7)
+    bw = machine.get("disk", {})
+    if bw:
+        fig.suptitle(f"{workload}: disk limits {bw['seq_write_Bps'] / 1e9:.2f} GB/s write, "
+                     f"{bw['seq_read_Bps'] / 1e9:.2f} GB/s read (O_DIRECT)", fontsize=9)
+    return _save(fig, d, path)
+
+
+def draw_workload(workload: str, summaries: dict[str, pd.DataFrame], outdir: Path, machine: dict | None = None) -> list[Path]:
+    """The figures ``workload`` gives (module docstring), into ``outdir``."""
+    s = summaries.get(workload)
+    if s is None or s.empty:
+        return []
+    machine = machine or {}
+    outdir = Path(outdir)
+    out: list[Path | None] = []
+    core = ["R-ins", "D-ins", "Rebuild", "NoRebuild"]
+    if workload in ("thesis-small", "quick"):
+        out.append(fig4_4(s, outdir / "fig4_4"))
+        out.append(fig_vs_n(s, "update_s", "update", core + ["Rebuild-chr", "NoRebuild-chr"],
+                            "Figure 4.5: update times, small window", outdir / "fig4_5"))
+        out.append(fig_vs_n(s, "probe_s", "probe", core, "Figure 4.6: probe times, small window", outdir / "fig4_6"))
+        out.append(fig_vs_n(s, "scan_s", "scan", core, "Figure 4.7: scan times, small window", outdir / "fig4_7"))
+    if workload == "fluctuating" and "thesis-small" in summaries:
+        out.append(fig4_8(summaries["thesis-small"], s, outdir / "fig4_8"))
+    if workload == "thesis-large":
+        out.append(fig_vs_n(s, "update_s", "update", core, "Figure 4.9: update times, large data set", outdir / "fig4_9"))
+        out.append(fig_vs_n(s, "probe_s", "probe", core, "Figure 4.10: probe times, large data set", outdir / "fig4_10"))
+        out.append(fig_vs_n(s, "scan_s", "scan", core, "Figure 4.11: scan times, large data set", outdir / "fig4_11"))
+    if workload in ("thesis-small", "many-keys", "quick"):
+        out.append(fig_peers(s, workload, outdir / f"peers-{workload}"))
+    out.append(fig_io(s, workload, machine, outdir / f"io-amplification-{workload}"))
+    return [p for p in out if p is not None]

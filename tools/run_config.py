@@ -1,0 +1,155 @@
+"""Runs one configuration (an ebb layout or a peer) through a workload's whole schedule, in a
+process of its own, and appends one CSV row per measured operation.
+
+Started by ``tools.bench_cmd`` as ``python -m ebb.tools.run_config JOB.json``; a separate process
+per configuration keeps peak-RSS, open maps and library state of one store from leaking into
+the next. Progress goes to stdout as one ``op <name> <slot>`` line per operation (the parent
+turns them into a progress bar). The schedule (thesis 4.4.1): bulk load at tau; then for each
+update j: the update, one probe of a random key, one full scan; with caches dropped first for
+the updates and reads the job marks cold. In a slot with cold reads the order is: update, cold
+probe, cold scan, then the warm probe and scan (the cold scan has brought the whole store back
+into the page cache, so "warm" means what it says even after a cold update).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+
+from .configs import Config, parse
+from .measure import Sample, dir_size_bytes, drop_caches, measure
+from .store import ReadResult, Store
+from .workloads import WORKLOADS, Workload
+
+COLUMNS = [
+    "workload", "config", "family", "technique", "mode", "n", "G", "E", "op", "slot", "cache",
+    "wall_s", "os_read_bytes", "os_write_bytes", "os_rchar", "os_wchar", "peak_rss_bytes",
+    "rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices", "buckets_read", "buckets_written",
+    "store_bytes_read", "store_bytes_written", "disk_bytes",
+]
+
+
+@dataclass
+class Job:
+    """What one run_config process does (serialised to JSON by the parent)."""
+
+    workload: str
+    updates: int
+    config: str
+    store_dir: str
+    ops_csv: str
+    scan_slots: list[int] = field(default_factory=list)
+    cold_update_slots: list[int] = field(default_factory=list)
+    cold_read_slots: list[int] = field(default_factory=list)
+    keep_store: bool = False
+
+    def workload_obj(self) -> Workload:
+        return WORKLOADS[self.workload].with_updates(self.updates)
+
+
+def make_store(config: Config, path: str, workload: Workload) -> Store:
+    if config.family == "peer":
+        from .peers import make_peer
+
+        return make_peer(config.name, path, workload)
+    from .ebb_store import EbbStore
+
+    return EbbStore(path, workload, config)
+
+
+class Recorder:
+    """Appends rows to the operations CSV and reports progress."""
+
+    def __init__(self, job: Job, config: Config, workload: Workload):
+        self.job, self.config, self.workload = job, config, workload
+        new = not os.path.exists(job.ops_csv) or os.path.getsize(job.ops_csv) == 0
+        self.f = open(job.ops_csv, "a", newline="")
+        self.w = csv.DictWriter(self.f, fieldnames=COLUMNS)
+        if new:
+            self.w.writeheader()
+
+    def row(self, op: str, slot: int, cache: str, s: Sample, extra: dict, disk: int | None = None) -> None:
+        c = self.config
+        r = {"workload": self.workload.name, "config": c.name, "family": c.family, "technique": c.technique,
+             "mode": c.mode, "n": c.n, "G": c.G, "E": c.E, "op": op, "slot": slot, "cache": cache}
+        r.update(s.as_row())
+        r.update({k: extra.get(k, "") for k in ("rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices",
+                                                "buckets_read", "buckets_written", "store_bytes_read", "store_bytes_written")})
+        r["disk_bytes"] = "" if disk is None else disk
+        self.w.writerow(r)
+        self.f.flush()
+        print(f"op {op} {slot} {cache}", flush=True)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _read_extra(res: ReadResult, w: Workload, key: int | None = None) -> dict:
+    d = {"rows": res.rows, "seq_sum": res.seq_sum, "data_bytes": res.rows * w.record_bytes}
+    if key is not None:
+        d["probe_key"] = key
+    d.update(res.extra)
+    return d
+
+
+def run(job: Job) -> None:
+    w = job.workload_obj()
+    config = parse(job.config)
+    if os.path.exists(job.store_dir):
+        shutil.rmtree(job.store_dir)
+    os.makedirs(job.store_dir)
+    store = make_store(config, job.store_dir, w)
+    rec = Recorder(job, config, w)
+    try:
+        store.create()
+        for j, at, batch in w.batches():
+            cold = j in job.cold_update_slots
+            if cold:
+                store.close()
+                drop_caches()
+                store.open()
+            counts, s = measure(lambda: store.load(batch, at))
+            new_bytes = batch.num_rows * w.record_bytes
+            del batch
+            extra = {"rows": counts.get("inserted", 0), "data_bytes": new_bytes, **counts}
+            rec.row("bulk" if j == 0 else "update", j, "cold" if cold else "warm", s, extra, dir_size_bytes(job.store_dir))
+            if j == 0:
+                continue
+            key = w.probe_key(j)
+            if j in job.cold_read_slots:  # cold reads first: the cold scan leaves the cache warm again
+                store.close()
+                drop_caches()
+                store.open()
+                res, s = measure(lambda: store.probe(key, at))
+                rec.row("probe", j, "cold", s, _read_extra(res, w, key))
+                if j in job.scan_slots:
+                    store.close()
+                    drop_caches()
+                    store.open()
+                    res, s = measure(lambda: store.scan(at))
+                    rec.row("scan", j, "cold", s, _read_extra(res, w))
+            res, s = measure(lambda: store.probe(key, at))
+            rec.row("probe", j, "warm", s, _read_extra(res, w, key))
+            if j in job.scan_slots:
+                res, s = measure(lambda: store.scan(at))
+                rec.row("scan", j, "warm", s, _read_extra(res, w))
+    finally:
+        store.close()
+        rec.close()
+        if not job.keep_store:
+            shutil.rmtree(job.store_dir, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as f:
+        job = Job(**json.load(f))
+    run(job)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,72 @@
+"""The interface every benchmarked store implements (ebb itself and each peer).
+
+A store lives in one directory and is driven through the same schedule: ``create``, one
+``load`` per update (the bulk load at tau first), and ``probe``/``scan`` after each update, all
+"as of" the time of the last update. ``close`` must release every file handle and memory map so
+that a cold-cache measurement (drop caches, ``open``, operate) really reads from disk.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from .workloads import Workload
+
+
+@dataclass
+class ReadResult:
+    """What a probe or scan returned: a row count and the sum of ``seq`` (a cheap checksum that
+    lets the runner check that every store returned the same records), plus store-specific
+    counters (ebb: sub-indices and buckets read)."""
+
+    rows: int
+    seq_sum: int
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def of_table(t: pa.Table, extra: dict[str, int] | None = None) -> "ReadResult":
+        return ReadResult(int(t.num_rows), _seq_sum(t.column("seq")) if t.num_rows else 0, extra or {})
+
+
+def _seq_sum(col: pa.ChunkedArray | pa.Array) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(col).as_py() or 0)
+
+
+class Store(ABC):
+    """One benchmarked store. Subclasses keep everything they write under ``self.path``."""
+
+    name: str = "store"
+
+    def __init__(self, path: str, workload: Workload):
+        self.path = path
+        self.workload = workload
+
+    @abstractmethod
+    def create(self) -> None:
+        """Creates the empty store at ``self.path`` (the directory exists and is empty) and opens it."""
+
+    @abstractmethod
+    def open(self) -> None:
+        """Opens the existing store."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Closes every handle and memory map."""
+
+    @abstractmethod
+    def load(self, table: pa.Table, at: int) -> dict[str, int]:
+        """One periodic update at ``at``: delete records with exp <= at, insert ``table``
+        (atomically where the store can), durable on return. Returns store-specific counters."""
+
+    @abstractmethod
+    def probe(self, key: int, at: int) -> ReadResult:
+        """Records with this key valid at ``at`` (ts <= at < exp)."""
+
+    @abstractmethod
+    def scan(self, at: int) -> ReadResult:
+        """Every record valid at ``at``, materialised (payload included) and then dropped."""

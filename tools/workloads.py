@@ -1,0 +1,179 @@
+"""The benchmark workloads of thesis section 4.4 and the records they feed every store.
+
+A workload is a stream of expiring records: uniform search keys, uniform integer lifetimes in
+[1, S] with S = p * Delta (p = 36 as in the thesis), one record per chronon on average. It
+starts with a bulk load at tau = 0 (the records generated during the p slots before tau that are
+still valid at tau) and continues with one batch per periodic update at T_j = j * Delta. Each
+record has the columns ``key``, ``ts``, ``exp``, ``seq`` (a unique id: peers key on
+(key, exp, seq)) and a random ``payload`` padding it to ``record_bytes``.
+
+Generation is deterministic (a numpy generator seeded by the workload seed and the slot) and
+fully vectorised, so every store in every process sees byte-identical batches without storing
+them. Records that would already be expired when loaded are not generated (SPEC 2.3 would drop
+them; leaving them out keeps every store's contents identical).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+FIXED_COLUMNS_BYTES = 32  # key, ts, exp, seq: four int64
+SCHEMA = pa.schema([
+    pa.field("key", pa.int64(), nullable=False),
+    pa.field("ts", pa.int64(), nullable=False),
+    pa.field("exp", pa.int64(), nullable=False),
+    pa.field("seq", pa.int64(), nullable=False),
+    pa.field("payload", pa.binary(), nullable=False),
+])
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Parameters of one benchmark workload (all sizes in records unless named bytes)."""
+
+    name: str
+    record_bytes: int  # logical size of one record: 32 bytes of integers + payload
+    keys: int  # distinct search keys, uniform
+    per_slot: int  # records generated per Delta (= Delta: one record per chronon)
+    updates: int  # periodic updates after the bulk load
+    p: int = 36  # S / Delta
+    fluctuation: float = 1.0  # max/min ratio of the per-slot data rate (thesis 4.4.4 uses 4)
+    seed: int = 20061
+    description: str = ""
+
+    @property
+    def delta(self) -> int:
+        return self.per_slot
+
+    @property
+    def max_lifetime(self) -> int:
+        return self.p * self.delta
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.record_bytes - FIXED_COLUMNS_BYTES
+
+    @property
+    def expected_live_bytes(self) -> int:
+        """Live data in steady state: rate * mean lifetime * record size (~ per_slot * p / 2)."""
+        return int(self.per_slot * (self.p + 1) / 2 * self.record_bytes)
+
+    def time_of(self, j: int) -> int:
+        return j * self.delta
+
+    def with_updates(self, updates: int) -> "Workload":
+        return replace(self, updates=updates)
+
+    # -- data ------------------------------------------------------------------------------
+    def rate_factors(self) -> np.ndarray:
+        """Per-slot data-rate multipliers for slots 1-p .. updates (index slot + p - 1).
+        Constant 1 unless the workload fluctuates; then log-uniform in [1/sqrt(f), sqrt(f)]
+        (so the fastest interval is at most f times the slowest), renormalised to mean 1 so the
+        total volume matches the steady workload."""
+        n = self.p + self.updates
+        if self.fluctuation <= 1.0:
+            return np.ones(n)
+        rng = np.random.default_rng([self.seed, 0xF1])
+        half = np.log(self.fluctuation) / 2
+        f = np.exp(rng.uniform(-half, half, n))
+        return f / f.mean()
+
+    def slot_count(self, j: int) -> int:
+        """Records generated during slot j (ts in (T_{j-1}, T_j])."""
+        return int(round(self.per_slot * self.rate_factors()[j + self.p - 1]))
+
+    def _slot_records(self, j: int, seq0: int) -> tuple[dict[str, np.ndarray], int]:
+        rng = np.random.default_rng([self.seed, j + 1_000_000])
+        m = self.slot_count(j)
+        lo = self.time_of(j - 1) + 1
+        ts = rng.integers(lo, self.time_of(j) + 1, m, dtype=np.int64)
+        exp = ts + rng.integers(1, self.max_lifetime + 1, m, dtype=np.int64)
+        key = rng.integers(0, self.keys, m, dtype=np.int64)
+        seq = np.arange(seq0, seq0 + m, dtype=np.int64)
+        return {"key": key, "ts": ts, "exp": exp, "seq": seq, "_rng_state": rng}, m
+
+    def _table(self, cols: dict[str, np.ndarray], rng: np.random.Generator) -> pa.Table:
+        n = int(cols["key"].size)
+        pb = self.payload_bytes
+        data = pa.py_buffer(rng.bytes(n * pb))
+        offsets = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * pb).tobytes())
+        payload = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
+        return pa.Table.from_arrays([pa.array(cols[c]) for c in ("key", "ts", "exp", "seq")] + [payload], schema=SCHEMA)
+
+    def _seq_base(self, j: int) -> int:
+        """First seq number of slot j: cumulative counts, so ids are unique across slots."""
+        counts = np.round(self.per_slot * self.rate_factors()).astype(np.int64)
+        return int(counts[: j + self.p - 1].sum())
+
+    def bulk(self) -> pa.Table:
+        """Initial load at tau = 0: records of slots 1-p .. 0 still valid at 0."""
+        parts_cols: list[dict[str, np.ndarray]] = []
+        rng_last = None
+        for j in range(1 - self.p, 1):
+            cols, _ = self._slot_records(j, self._seq_base(j))
+            rng_last = cols.pop("_rng_state")
+            keep = cols["exp"] > 0
+            parts_cols.append({k: v[keep] for k, v in cols.items()})
+        merged = {k: np.concatenate([c[k] for c in parts_cols]) for k in ("key", "ts", "exp", "seq")}
+        return self._table(merged, rng_last)
+
+    def batch(self, j: int) -> pa.Table:
+        """Records handed to the update of slot j >= 1 (those not already expired at T_j)."""
+        cols, _ = self._slot_records(j, self._seq_base(j))
+        rng = cols.pop("_rng_state")
+        keep = cols["exp"] > self.time_of(j)
+        return self._table({k: v[keep] for k, v in cols.items()}, rng)
+
+    def probe_key(self, j: int) -> int:
+        """The random key probed after update j (the same for every store)."""
+        return int(np.random.default_rng([self.seed, j, 0x9B]).integers(0, self.keys))
+
+    def oracle(self) -> dict[int, dict[str, int]]:
+        """Per update slot j >= 1, what a correct store returns as of T_j: the number of records
+        and sum of ``seq`` of the scan and of the probe of ``probe_key(j)``. Computed from the
+        generated keys and times alone (no payload), by brute force over every record."""
+        parts = [self._slot_records(j, self._seq_base(j))[0] for j in range(1 - self.p, self.updates + 1)]
+        key, ts, exp, seq = (np.concatenate([c[k] for c in parts]) for k in ("key", "ts", "exp", "seq"))
+        out: dict[int, dict[str, int]] = {}
+        for j in range(1, self.updates + 1):
+            t = self.time_of(j)
+            live = (ts <= t) & (exp > t)
+            probe = live & (key == self.probe_key(j))
+            out[j] = {"scan_rows": int(live.sum()), "scan_seq": int(seq[live].sum()),
+                      "probe_rows": int(probe.sum()), "probe_seq": int(seq[probe].sum())}
+        return out
+
+    def batches(self) -> Iterator[tuple[int, int, pa.Table]]:
+        """(slot, time, records): the bulk load at slot 0, then each periodic update."""
+        yield 0, 0, self.bulk()
+        for j in range(1, self.updates + 1):
+            yield j, self.time_of(j), self.batch(j)
+
+
+def _per_slot(live_bytes: float, record_bytes: int, p: int = 36) -> int:
+    return int(round(live_bytes * 2 / (p + 1) / record_bytes))
+
+
+MB = 1_000_000
+WORKLOADS: dict[str, Workload] = {
+    "thesis-small": Workload(
+        "thesis-small", record_bytes=1000, keys=100, per_slot=_per_slot(500 * MB, 1000), updates=36,
+        description="thesis 4.4.2-4.4.3: 1000-byte records, 100 keys, about 500 MB live, 36 updates"),
+    "thesis-large": Workload(
+        "thesis-large", record_bytes=1000, keys=100, per_slot=_per_slot(5000 * MB, 1000), updates=36,
+        description="thesis 4.4.5: as thesis-small at about 5 GB live"),
+    "fluctuating": Workload(
+        "fluctuating", record_bytes=1000, keys=100, per_slot=_per_slot(500 * MB, 1000), updates=36,
+        fluctuation=4.0,
+        description="thesis 4.4.4: as thesis-small, data rate varying randomly by up to x4 per interval"),
+    "many-keys": Workload(
+        "many-keys", record_bytes=200, keys=1_000_000, per_slot=_per_slot(500 * MB, 200), updates=36,
+        description="1,000,000 uniform keys, 200-byte records, about 500 MB live"),
+    "quick": Workload(
+        "quick", record_bytes=200, keys=50, per_slot=400, updates=6,
+        description="CI smoke test: 200-byte records, 50 keys, about 1.5 MB live, 6 updates"),
+}
