@@ -64,7 +64,7 @@ def compute(spark, job: Job, cls: Classification, manifests: dict[str, dict[str,
     if df is None:
         return pa.table({}), info
     for reserved in ("ts", "exp"):
-        if [c for c in df.columns if c == reserved][1:]:
+        if df.columns.count(reserved) > 1:
             raise JobError(f"query.select: the output may not have its own {reserved!r} column")
     if job.query.key not in df.columns:
         raise JobError(f"query.key {job.query.key!r} is not an output column (columns: {', '.join(df.columns)})")

@@ -70,7 +70,10 @@ class MappedFile:
     def close(self) -> None:
         self.array = None
         if self._mm is not None:
-            self._mm.close()
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # a view is still alive (e.g. in a traceback); the map closes when it is freed
             self._mm = None
         if self._fd >= 0:
             os.close(self._fd)

@@ -30,7 +30,7 @@ def recover(env: lmdb.Environment, meta, data_dir: str) -> list[str]:
     for i, s in enumerate(state.subindices):
         if s.generation:
             referenced.add(rebuild_file(i, s.generation))
-        if cfg.mode == "norebuild":
+        if cfg.mode == "norebuild" and s.slots:
             referenced.add(norebuild_file(i))
     for name in sorted(os.listdir(data_dir)):
         if name in referenced or name in pending:
@@ -38,11 +38,12 @@ def recover(env: lmdb.Environment, meta, data_dir: str) -> list[str]:
         if parse_data_file(name) is not None or name.endswith(".tmp"):
             os.remove(os.path.join(data_dir, name))
             actions.append(f"removed uncommitted file {name}")
-    if cfg.mode == "norebuild" and state.bucket_capacity:
+    if cfg.mode == "norebuild":
         for i, s in enumerate(state.subindices):
             path = os.path.join(data_dir, norebuild_file(i))
-            if os.path.exists(path) and os.path.getsize(path) > s.slots * state.bucket_capacity:
-                os.truncate(path, s.slots * state.bucket_capacity)
+            size = s.slots * (state.bucket_capacity or 0)
+            if os.path.exists(path) and os.path.getsize(path) > size:
+                os.truncate(path, size)
                 actions.append(f"truncated {norebuild_file(i)} to its committed {s.slots} slots")
     return actions
 

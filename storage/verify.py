@@ -46,8 +46,12 @@ def verify(archive) -> tuple[list[str], list[str]]:
             d = ent.descs
             if cfg.mode == "rebuild" and s.generation:
                 referenced.add(rebuild_file(i, s.generation))
-            if cfg.mode == "norebuild":
+            if cfg.mode == "norebuild" and s.slots:
                 referenced.add(norebuild_file(i))
+                path = os.path.join(archive.path, DATA_DIR, norebuild_file(i))
+                if cap and os.path.exists(path) and os.path.getsize(path) > s.slots * cap:
+                    notes.append(f"{norebuild_file(i)}: longer than its {s.slots} committed slots (an interrupted "
+                                 "update); truncated by the next update")
             if d.size != s.buckets or int(d["count"].sum()) != s.records or int(d["nbytes"].sum()) != s.bytes:
                 problems.append(
                     f"{name}: manifest says {s.records} records / {s.bytes} bytes / {s.buckets} buckets, "
