@@ -13,7 +13,6 @@ off the archive.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
 from ..storage.archive import Archive, ArchiveBusy
+from ..storage.files import LockHeld, exclusive_lock
 from ..storage.manifest import ArchiveConfig
 from . import events
 from .jobspec import TIME_UNITS_US, Job, JobError
@@ -82,15 +82,11 @@ def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
 def runner_lock(path: str) -> Iterator[None]:
     """Only one ``ebb run`` per archive: a second one fails at once."""
     os.makedirs(path, exist_ok=True)
-    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ArchiveBusy(f"another `ebb run` is already running on {path}") from None
-        yield
-    finally:
-        os.close(fd)
+        with exclusive_lock(os.path.join(path, LOCK_FILE)):
+            yield
+    except LockHeld:
+        raise ArchiveBusy(f"another `ebb run` is already running on {path}") from None
 
 
 class Scheduler:

@@ -8,7 +8,6 @@ query layer.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
@@ -20,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import lmdb_env, update
-from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER
+from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, exclusive_lock
 from .layout import compress_slots
 from .manifest import (
     FORMAT_VERSION, META_DB, UPDATES_DB, ArchiveConfig, ArchiveState, SubIndexState, read_checkpoint,
@@ -134,15 +133,11 @@ class Archive:
     @contextmanager
     def writer_lock(self) -> Iterator[None]:
         """Exclusive right to update; fails fast with ArchiveBusy instead of queueing."""
-        fd = os.open(os.path.join(self.path, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ArchiveBusy(f"another process is updating {self.path}; try again when it finishes") from None
-            yield
-        finally:
-            os.close(fd)
+            with exclusive_lock(os.path.join(self.path, LOCK)):
+                yield
+        except LockHeld:
+            raise ArchiveBusy(f"another process is updating {self.path}; try again when it finishes") from None
 
     # -- writing --------------------------------------------------------------------------------
     def load(self, table: pa.Table, at: int, progress: Callable[[str], None] | None = None,

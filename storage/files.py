@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import re
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 
@@ -53,6 +56,25 @@ def write_all(fd: int, data: np.ndarray | bytes, offset: int) -> int:
     while done < len(view):
         done += os.pwrite(fd, view[done:], offset + done)
     return done
+
+
+class LockHeld(Exception):
+    """Another process holds an exclusive lock file."""
+
+
+@contextmanager
+def exclusive_lock(path: str) -> Iterator[None]:
+    """Holds flock(LOCK_EX) on ``path`` (created if needed); raises LockHeld at once instead of
+    waiting. The kernel drops the lock when the process dies, so a crash never leaves it held."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockHeld(path) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 class MappedFile:
