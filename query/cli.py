@@ -234,7 +234,7 @@ def _cmd_probe(a) -> int:
         return run_remote_probe(a)
     if a.path is None:
         return _fail("probe needs PATH KEY (or --server URL KEY)", EXIT_USAGE)
-    with ArchiveReader(a.path) as r:
+    with ArchiveReader(a.path, readonly=True) as r:
         schema = r.result_schema()
         if not len(schema):
             print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
@@ -252,7 +252,7 @@ def _cmd_scan(a) -> int:
     from .output import write
     from .reader import ArchiveReader
 
-    with ArchiveReader(a.path) as r:
+    with ArchiveReader(a.path, readonly=True) as r:
         schema = r.result_schema()
         if not len(schema):
             print("(the archive is empty: nothing has been loaded)", file=sys.stderr)

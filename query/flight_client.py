@@ -31,8 +31,7 @@ def error_message(e: BaseException) -> str:
 
 
 class FlightArchiveClient:
-    """A connection to one ``ebb serve`` process. Not for concurrent use by several threads
-    with different tokens; one instance per thread is cheap."""
+    """A connection to one ``ebb serve`` process (cheap to create; use one per thread)."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float | None = None):
         self.url = url

@@ -117,7 +117,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
     ``serve()`` to block, ``shutdown()`` to stop."""
 
     def __init__(self, path: str, host: str = DEFAULT_HOST, port: int = 0, token: str | None = None):
-        self.archive = Archive(path)
+        self.archive = Archive(path, readonly=True)
         self.name = os.path.basename(self.archive.path.rstrip(os.sep))
         self.host = host
         middleware = {"auth": BearerTokenMiddlewareFactory(token)} if token else None

@@ -38,9 +38,11 @@ class ReadStats:
 class ArchiveReader:
     """Read-only access to an archive: ``probe``, ``probe_range``, ``scan`` and ``stats``."""
 
-    def __init__(self, path_or_archive: str | Archive):
+    def __init__(self, path_or_archive: str | Archive, readonly: bool = False):
+        """``readonly`` (with a path): open without write access, so opening never waits for
+        an update in progress elsewhere; use it in processes that only read."""
         self._own = not isinstance(path_or_archive, Archive)
-        self.archive = Archive(path_or_archive) if self._own else path_or_archive
+        self.archive = Archive(path_or_archive, readonly=readonly) if self._own else path_or_archive
         self.io = ReadStats()
 
     def close(self) -> None:
@@ -145,7 +147,7 @@ class ArchiveReader:
                 descs = self._live(snap.entries(i), t)
                 if not descs.size:
                     continue
-                descs = np.sort(descs, order="loc")  # file order: sequential reads
+                descs = descs[np.argsort(descs["loc"], kind="stable")]  # file order: sequential reads (locs are unique)
                 ends = np.cumsum(descs["nbytes"].astype(np.int64))
                 cuts = np.searchsorted(ends, np.arange(SCAN_CHUNK_BYTES, int(ends[-1]), SCAN_CHUNK_BYTES), side="right")
                 edges = np.unique(np.concatenate([[0], cuts, [descs.size]])).tolist()

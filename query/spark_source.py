@@ -131,7 +131,7 @@ class EbbDataSource(DataSource):
 
         from ..storage.archive import Archive
 
-        with Archive(self.path) as arc:
+        with Archive(self.path, readonly=True) as arc:
             schema = arc.schema
         if schema is None:
             raise ValueError(f"the archive {self.path} is empty: nothing has been loaded, so it has no schema yet")
@@ -140,7 +140,7 @@ class EbbDataSource(DataSource):
     def reader(self, schema: StructType) -> "EbbReader":
         from ..storage.archive import Archive
 
-        with Archive(self.path) as arc:
+        with Archive(self.path, readonly=True) as arc:
             cfg = arc.config
             stored = arc.schema
         if stored is None:
@@ -214,7 +214,7 @@ class EbbReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         from .reader import ArchiveReader
 
-        with ArchiveReader(self.path) as r:
+        with ArchiveReader(self.path, readonly=True) as r:
             snap = r.snapshot()
             try:
                 as_of = snap.check_as_of(self.as_of)
@@ -248,7 +248,7 @@ class EbbReader(DataSourceReader):
         target = to_arrow_schema(self.schema, timezone="UTC")
         names = self.schema.fieldNames()
         rows = 0
-        with ArchiveReader(self.path) as r:
+        with ArchiveReader(self.path, readonly=True) as r:
             snap = r.snapshot()
             try:
                 if snap.state.update_seq != partition.update_seq:

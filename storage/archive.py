@@ -68,9 +68,10 @@ def validate_config(cfg: ArchiveConfig) -> None:
 
 
 class Archive:
-    """An open archive. Not thread-safe for writing; any number of snapshots may be open."""
+    """An open archive. Not thread-safe for writing; any number of snapshots may be open.
+    ``readonly=True`` opens it for reading only: it never waits for another process's update."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, readonly: bool = False):
         self.path = os.path.abspath(path)
         marker = os.path.join(self.path, MARKER)
         if not os.path.isfile(marker):
@@ -80,7 +81,8 @@ class Archive:
         if fmt != FORMAT_VERSION:
             raise ArchiveError(f"{path} has on-disk format {fmt}; this ebb reads format {FORMAT_VERSION}")
         self.data_dir = os.path.join(self.path, DATA_DIR)
-        self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR))
+        self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
+        self.readonly = bool(self.env.flags()["readonly"])
         self.meta_db = self.env.open_db(META_DB, create=False)
         self.updates_db = self.env.open_db(UPDATES_DB, create=False)
         with self.env.begin() as txn:
@@ -133,6 +135,9 @@ class Archive:
     @contextmanager
     def writer_lock(self) -> Iterator[None]:
         """Exclusive right to update; fails fast with ArchiveBusy instead of queueing."""
+        if self.readonly:
+            raise ArchiveError(f"{self.path} is open read-only in this process (a server or reader opened it "
+                               "first); a process that writes must open it for writing before any read-only reader")
         try:
             with exclusive_lock(os.path.join(self.path, LOCK)):
                 yield

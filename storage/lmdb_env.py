@@ -21,8 +21,13 @@ _lock = threading.Lock()
 _envs: dict[str, tuple[lmdb.Environment, int]] = {}
 
 
-def acquire(index_dir: str, create: bool = False) -> lmdb.Environment:
-    """Returns this process's environment for ``index_dir``, opening it on first use."""
+def acquire(index_dir: str, create: bool = False, readonly: bool = False) -> lmdb.Environment:
+    """Returns this process's environment for ``index_dir``, opening it on first use.
+
+    ``readonly`` opens it without write access: opening its databases then needs no write
+    transaction, so a pure reader (a server, a Spark task) never waits for an update in progress
+    in another process. LMDB allows one environment per process, so whichever mode opened it
+    first is shared: check ``env.flags()["readonly"]`` before writing."""
     key = os.path.realpath(index_dir)
     with _lock:
         if key in _envs:
@@ -38,6 +43,7 @@ def acquire(index_dir: str, create: bool = False) -> lmdb.Environment:
             max_readers=512,
             subdir=True,
             create=create,
+            readonly=readonly and not create,
             readahead=False,  # probes touch few pages; OS readahead would inflate their I/O
             max_spare_txns=4,
         )

@@ -1,5 +1,5 @@
 """Reads stay exact under load: an `ebb serve` process answers probes, range probes and scans
-from several client processes while `ebb load` processes apply 24 updates. Every answer must
+from several client processes while a loader process runs `ebb load` for 24 updates. Every answer must
 equal the brute-force oracle's answer for the committed state the server says it read (and that
 state's time), no request may fail, and the answers must span many states (so the reads really
 did overlap the updates)."""
@@ -7,7 +7,6 @@ did overlap the updates)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from ebb.storage.archive import Archive
 
-from support import SCHEMA, Oracle, config, ebb, rows_multiset, table_of
+from support import SCHEMA, Oracle, config, rows_multiset, table_of
 
 TAU, DELTA, S = 0, 10, 60
 UPDATES = 24
@@ -51,7 +50,22 @@ while not os.path.exists(stop):
         answers.append({"req": req.to_json(), "state": state, "rows": rows})
     except Exception as e:
         errors.append(f"{req.to_json()}: {type(e).__name__}: {e}")
+    time.sleep(0.02)  # leave the 2 cores some room for the loader and the server
 json.dump({"answers": answers, "errors": errors}, open(out, "w"))
+"""
+
+
+# The loader process runs the `ebb load` command once per update: the CLI's own entry point (argument
+# parsing, opening the archive, the update, closing it), without an interpreter start per update.
+LOADER = r"""
+import json, sys, time
+from ebb.query.cli import main
+path, files = sys.argv[1], json.loads(sys.argv[2])
+for f, at in files:
+    rc = main(["load", path, f, "--at", str(at), "--quiet"])
+    if rc != 0:
+        sys.exit(f"ebb load {f} --at {at} exited {rc}")
+    time.sleep(0.15)  # let the clients read each committed state a few times
 """
 
 
@@ -106,10 +120,8 @@ def test_flight_reads_are_exact_while_updates_commit(tmp_path, mode):
         clients = [subprocess.Popen([sys.executable, "-c", CLIENT, url, str(i), stop, outs[i], str(KEYS), str(FAR)])
                    for i in range(CLIENTS)]
         time.sleep(1.0)  # let the clients get going on the initial state
-        for f, T in files:  # the loader: one `ebb load` process per update, as in production
-            r = ebb("load", path, f, "--at", T, "--quiet")
-            assert r.returncode == 0, r.stderr
-            time.sleep(0.05)
+        loader = subprocess.run([sys.executable, "-c", LOADER, path, json.dumps(files)], capture_output=True, text=True, timeout=300)
+        assert loader.returncode == 0, loader.stderr
         time.sleep(0.5)
         open(stop, "w").close()
         for c in clients:
@@ -122,12 +134,15 @@ def test_flight_reads_are_exact_while_updates_commit(tmp_path, mode):
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=30)
 
+    expected: dict[tuple, object] = {}
     seen: set[int] = set()
     kinds: set[str] = set()
     total = 0
     for out in outs:
         res = json.load(open(out))
         assert res["errors"] == []
+        seqs = [a["state"]["update_seq"] for a in res["answers"]]
+        assert seqs == sorted(seqs)  # one client's successive reads never go back in time
         for a in res["answers"]:
             req, state = a["req"], a["state"]
             k = state["update_seq"] - 1
@@ -137,11 +152,14 @@ def test_flight_reads_are_exact_while_updates_commit(tmp_path, mode):
             t = req.get("as_of", T_k)
             assert state["as_of"] == t
             got = rows_multiset([dict(zip(("key", "ts", "exp", "payload"), r)) for r in a["rows"]])
-            assert got == _expected(states[k], req, t), (req, state)
+            memo = (k, t, json.dumps(req, sort_keys=True))
+            if memo not in expected:
+                expected[memo] = _expected(states[k], req, t)
+            assert got == expected[memo], (req, state)
             seen.add(k)
             kinds.add(req["kind"])
             total += 1
     assert kinds == {"probe", "probe_range", "scan"}
-    # the reads overlapped the updates: answers came from the first, the last and many states between
-    assert 0 in seen and UPDATES in seen and len(seen) >= UPDATES // 2, sorted(seen)
+    # the reads overlapped the updates: answers came from the first, the last and most states between
+    assert 0 in seen and UPDATES in seen and len(seen) >= UPDATES * 2 // 3, sorted(seen)
     assert total >= 100

@@ -6,7 +6,6 @@ call; the CLI serves and probes through it."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -1,0 +1,61 @@
+"""A read-only open never waits for another process's update, sees the last committed state,
+and refuses to write."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pyarrow as pa
+import pytest
+
+from ebb.query.reader import ArchiveReader
+from ebb.storage.archive import Archive, ArchiveError
+
+from support import SCHEMA, config, rows_multiset
+
+HOLD_WRITE_TXN = """
+import sys, time, lmdb
+env = lmdb.open(sys.argv[1], max_dbs=1100, map_size=1 << 40, subdir=True)
+meta = env.open_db(b"meta", create=False)
+txn = env.begin(write=True)  # LMDB's writer lock: what an update holds while it runs
+txn.put(b"uncommitted", b"1", db=meta)
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+def test_readonly_open_does_not_wait_for_a_writer(tmp_path):
+    path = str(tmp_path / "a")
+    rows = [{"key": i % 3, "ts": 16, "exp": 20 + i, "payload": str(i)} for i in range(10)]
+    with Archive.create(path, config()) as arc:
+        arc.load(pa.Table.from_pylist(rows, schema=SCHEMA), 16)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITE_TXN, str(tmp_path / "a" / "index")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        result = {}
+
+        def read():
+            with ArchiveReader(path, readonly=True) as r:
+                result["rows"] = rows_multiset(r.scan_table())
+                result["readonly"] = r.archive.readonly
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(timeout=20)
+        assert not t.is_alive(), "a read-only open waited for the writer"
+        assert result["rows"] == rows_multiset(rows) and result["readonly"]
+        assert holder.poll() is None  # the writer was still holding its transaction
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_readonly_archive_refuses_to_write(tmp_path):
+    path = str(tmp_path / "a")
+    Archive.create(path, config()).close()
+    with Archive(path, readonly=True) as arc:
+        with pytest.raises(ArchiveError, match="read-only"):
+            arc.load(pa.Table.from_pylist([], schema=SCHEMA), 16)
