@@ -23,10 +23,10 @@ WORKLOAD_NAMES = ("thesis-small", "thesis-large", "fluctuating", "many-keys", "q
 # per workload: (updates, scan every K-th update, cold-cache slot one in K scans); see --help
 SCHEDULES: dict[str, tuple[int, int, int]] = {
     "thesis-small": (36, 1, 6),
-    "fluctuating": (36, 3, 12),
-    "thesis-large": (6, 2, 3),
-    "many-keys": (8, 2, 4),
-    "quick": (6, 1, 3),
+    "fluctuating": (36, 4, 9),
+    "thesis-large": (4, 2, 2),
+    "many-keys": (6, 2, 3),
+    "quick": (4, 1, 4),
 }
 
 DESCRIPTION = """\
@@ -34,22 +34,23 @@ Run a benchmark workload against ebb's layouts and the peer stores.
 
 Workloads (thesis section 4.4; uniform keys, lifetimes uniform in [1, S], S = 36 Delta, bulk
 load then periodic updates, each followed by a probe of a random key and a full scan):
-  thesis-small   1000-byte records, 100 keys, ~500 MB live, 36 updates; all wave layouts
+  thesis-small   1000-byte records, 100 keys, ~500 MB live; all wave layouts
                  (R/D-ins/exp, n = 4, 9, 16, 25), doubly Rebuild/NoRebuild round-robin and
                  chronological at 2x2..5x5, 2x8, 8x2, and every peer (Figures 4.4-4.7);
-                 a scan after every update, 6 cold slots
+                 36 updates with a probe and a scan after each (the thesis protocol), 6 cold slots
   fluctuating    as thesis-small with the data rate varying randomly by up to x4 (Figure 4.8);
                  R-ins, D-ins, Rebuild, NoRebuild (round-robin and random) at n = 4, 16;
-                 36 updates, scans after every 3rd, 1 cold slot
+                 36 updates, a scan after every 4th, 1 cold slot
   thesis-large   ~5 GB live (Figures 4.9-4.11): R-ins, D-ins at n = 4, 16, Rebuild and
-                 NoRebuild 2x2, 4x4; no peers; 6 updates, scans after every 2nd, 1 cold slot
+                 NoRebuild 2x2, 4x4; no peers; 4 updates, a scan after every 2nd, 1 cold slot
   many-keys      1,000,000 keys, 200-byte records, ~500 MB live: R-ins16, D-ins16,
-                 Rebuild4x4, NoRebuild4x4 and every peer; 8 updates, scans after every 2nd
-  quick          a tiny version of everything, for CI (well under 2 minutes)
+                 Rebuild4x4, NoRebuild4x4 and every peer; 6 updates, a scan after every 2nd
+  quick          a tiny version of everything, for CI (about a minute): every technique at two
+                 sizes (n = 4 and 9; doubly 2x2, 3x3, and 4x4, 2x8, 8x2) and every peer, 4 updates
 
 Every update, probe and scan records wall time, /proc/self/io bytes read and written, peak
 RSS, ebb's own counts (sub-indices, buckets, bytes) and the store's size on disk; a random
-subset of updates (see --cold-every) is repeated with the page cache dropped first (root only;
+subset of slots (see --cold-every) is measured with the page cache dropped first (root only;
 reported if not allowed). Results go to --out (ops.csv, summary.csv, machine.json, figures);
 unless --no-docs, the figures and their CSVs are copied to docs/benchmarks/ and
 docs/benchmarks.md is rewritten from every workload summarised there.
@@ -58,7 +59,8 @@ docs/benchmarks.md is rewritten from every workload summarised there.
 EPILOG = """\
 examples:
   ebb bench quick                                  # CI smoke run, writes nothing under docs/
-  ebb bench thesis-small                           # the full reproduction (about an hour)
+  ebb bench thesis-small                           # the reproduction (about 50 minutes here)
+  ebb bench thesis-small --updates 12 --scan-every 2   # a shorter version (about 17 minutes)
   ebb bench thesis-large --configs Rebuild4x4,R-ins16 --updates 6
   ebb bench thesis-small --resume                  # continue an interrupted run
 """
@@ -78,8 +80,8 @@ def register(subparsers) -> None:
     p.add_argument("--scan-every", type=int, metavar="K",
                    help="scan after every K-th update only (1 = the thesis protocol; default: the workload's, above)")
     p.add_argument("--cold-every", type=int, metavar="K",
-                   help="drop the page cache before one update in K (chosen at random, the same for every "
-                   "configuration) and, in those slots, also measure a cold probe and a cold scan; 0 = never "
+                   help="in one scan slot out of K (chosen at random, the same for every configuration) drop the "
+                   "page cache before the update, and again before a probe and a scan measured cold; 0 = never "
                    "(default: the workload's, above)")
     p.add_argument("--bandwidth-mib", type=int, metavar="MIB",
                    help="size of the O_DIRECT sequential read/write test (default 1024; quick 64; 0 = skip)")

@@ -80,9 +80,13 @@ def doubly_layouts(shapes: tuple[tuple[int, int], ...] = SQUARES + SKEWED, suffi
 
 def default_configs(workload: str) -> list[str]:
     """What ``ebb bench WORKLOAD`` runs when no --configs are given (see docs/benchmarks.md)."""
-    if workload in ("thesis-small", "quick"):
-        extra = [f"{m}4x4-rand" for m in ("Rebuild", "NoRebuild")] if workload == "quick" else []
-        return wave_layouts() + doubly_layouts() + extra + list(PEERS)
+    if workload == "thesis-small":
+        return wave_layouts() + doubly_layouts() + list(PEERS)
+    if workload == "quick":
+        # every technique (wave R/D x ins/exp; doubly Rebuild/NoRebuild x round-robin/chronological/random)
+        # at two sizes, Figure 4.4's 4x4/2x8/8x2, and every peer; small enough for CI
+        return (wave_layouts((4, 9)) + doubly_layouts(((2, 2), (3, 3), (4, 4), (2, 8), (8, 2)), ("",))
+                + doubly_layouts(((2, 2), (3, 3)), ("-chr",)) + doubly_layouts(((2, 2),), ("-rand",)) + list(PEERS))
     if workload == "fluctuating":
         # thesis Figure 4.8 (R-ins, D-ins, Rebuild, NoRebuild) at n = 4 and 16, plus random
         # partitioning, which section 4.3.3 proposes for fluctuating rates

@@ -53,6 +53,26 @@ def _version(lib: str) -> str:
         return "not installed"
 
 
+def ebb_commit() -> str:
+    """The commit of the ebb code being measured: a benchmark snapshot's COMMIT file, else
+    ``git rev-parse HEAD`` of the source tree (with "+dirty" if storage/ or query/ has changes)."""
+    from pathlib import Path
+
+    from .. import storage
+
+    src = Path(storage.__file__).resolve().parents[1]
+    for marker in (src / "COMMIT", src.parent / "COMMIT"):
+        if marker.exists():
+            return marker.read_text().strip()[:12] + " (snapshot)"
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "storage", "query"], cwd=src, capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+        return (head[:12] + (" +dirty" if dirty else "")) if head else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def describe(store_root: str, bandwidth_bytes: int) -> dict:
     """The machine and its measured disk limits (writes and reads ``bandwidth_bytes`` once)."""
     import sqlite3
@@ -75,4 +95,5 @@ def describe(store_root: str, bandwidth_bytes: int) -> dict:
         "load_average_at_start": [round(x, 2) for x in load],
         "disk": bw,
         "cold_cache_problem": cold_cache_problem(),
+        "ebb_commit": ebb_commit(),
     }

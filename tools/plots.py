@@ -60,7 +60,10 @@ def fig_vs_n(s: pd.DataFrame, metric: str, label: str, techniques: list[str], ti
     for t in techniques:
         part = d[d.technique == t]
         if len(part):
-            ax.plot(part.n, part[metric], LINES.get(t, "-"), marker=MARKERS.get(t, "o"), label=t, color="black" if "ins" in t or "-" not in t else "gray")
+            wave = t.startswith(("R-", "D-"))
+            ax.plot(part.n, part[metric], LINES.get(t, "-"), marker=MARKERS.get(t, "o"), label=t,
+                    color="gray" if t.endswith(("-chr", "-rand")) else "black",
+                    markerfacecolor="white" if wave else None)  # hollow markers: wave indices
     ax.set_xlabel("number of sub-indices n")
     ax.set_ylabel(f"average {label} time (s)")
     ax.set_xticks(sorted(d.n.unique()))
@@ -112,15 +115,21 @@ def fig4_8(steady: pd.DataFrame, fluct: pd.DataFrame, path: Path) -> Path | None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4))
     x = np.arange(len(d))
-    base = np.where(np.isfinite(d.update_s_steady), d.update_s_steady, 0)
-    inc = d.update_s_fluctuating.to_numpy() - base
-    ax.bar(x, np.minimum(base, d.update_s_fluctuating), color="0.85", edgecolor="black", label="steady rate")
-    ax.bar(x, np.clip(inc, 0, None), bottom=np.minimum(base, d.update_s_fluctuating), color="0.25", edgecolor="black",
+    has = np.isfinite(d.update_s_steady.to_numpy(dtype=float))
+    fl = d.update_s_fluctuating.to_numpy(dtype=float)
+    base = np.where(has, d.update_s_steady.to_numpy(dtype=float), 0.0)
+    low = np.minimum(base, fl)
+    inc = fl - base
+    ax.bar(x[has], low[has], color="0.85", edgecolor="black", label="steady rate")
+    ax.bar(x[has], np.clip(inc, 0, None)[has], bottom=low[has], color="0.25", edgecolor="black",
            label="increase under fluctuating rate")
     dec = np.clip(-inc, 0, None)
-    if dec.any():
-        ax.bar(x, dec, bottom=d.update_s_fluctuating, color="white", edgecolor="black", hatch="//",
+    if (dec[has] > 0).any():
+        ax.bar(x[has], dec[has], bottom=fl[has], color="white", edgecolor="black", hatch="//",
                label="decrease under fluctuating rate")
+    if (~has).any():
+        ax.bar(x[~has], fl[~has], color="white", edgecolor="black", hatch="..",
+               label="fluctuating rate only (no steady run)")
     labels = [c.replace("NoRebuild", "NoR").replace("Rebuild", "R") for c in d.config]
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("average update time (s)")
@@ -147,10 +156,11 @@ def fig_peers(s: pd.DataFrame, workload: str, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 4.2))
     x = np.arange(len(cols))
     width = 0.8 / len(d)
-    shades = np.linspace(0.1, 0.95, len(d))
+    cmap = plt.get_cmap("tab10")
     for k, (_, r) in enumerate(d.iterrows()):
         vals = [r[c] for c in cols]
-        ax.bar(x + (k - (len(d) - 1) / 2) * width, vals, width, label=r.label, color=str(shades[k]), edgecolor="black")
+        ax.bar(x + (k - (len(d) - 1) / 2) * width, vals, width, label=r.label, color=cmap(k % 10), edgecolor="black",
+               hatch="//" if r.family != "peer" else "")  # hatched: ebb
     ax.set_xticks(x, ["update", "update cold", "probe", "probe cold", "scan", "scan cold"])
     ax.set_yscale("log")
     ax.set_ylabel("average time (s, log scale)")
@@ -164,7 +174,9 @@ def fig_io(s: pd.DataFrame, workload: str, machine: dict, path: Path) -> Path | 
     d = s[["config", "family", "write_amp_os", "scan_read_amp_cold", "probe_read_amp_cold", "scan_cold_GBps"]].copy()
     if d.empty:
         return None
-    d = d.sort_values(["family", "config"])
+    fam_order = {"wave": 0, "doubly": 1, "peer": 2}
+    d = d.assign(_o=[fam_order.get(f, 3) for f in d.family], _i=range(len(d))).sort_values(["_o", "_i"], ascending=False)
+    d = d.drop(columns=["_o", "_i"])  # summary order within a family, wave on top, peers at the bottom
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, max(3.5, 0.17 * len(d) + 1)), sharey=True)
     y = np.arange(len(d))

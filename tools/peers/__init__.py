@@ -10,6 +10,9 @@ from ..workloads import Workload
 
 def make_peer(name: str, path: str, workload: Workload) -> Store:
     """The peer store called ``name`` rooted at ``path``."""
+    if workload.payload_columns != 1:
+        raise ValueError(f"the peers store one payload column; workload {workload.name} splits it "
+                         f"over {workload.payload_columns} (run it with --no-peers)")
     if name == "sqlite":
         from .sqlite_peer import SQLiteStore as cls
     elif name == "duckdb":
