@@ -152,7 +152,10 @@ class ArchiveReader:
                 cuts = np.searchsorted(ends, np.arange(SCAN_CHUNK_BYTES, int(ends[-1]), SCAN_CHUNK_BYTES), side="right")
                 edges = np.unique(np.concatenate([[0], cuts, [descs.size]])).tolist()
                 for a, b in zip(edges[:-1], edges[1:]):
-                    part = self._read_valid(snap, i, descs[a:b], t).cast(snap.schema)
+                    chunk = descs[a:b]
+                    # the map is advised random-access (for probes): ask for this chunk's pages ahead
+                    snap.file(i).prefetch(int(chunk["loc"][0]), int(chunk["loc"][-1] + chunk["nbytes"][-1]))
+                    part = self._read_valid(snap, i, chunk, t).cast(snap.schema)
                     for batch in part.to_batches():
                         if batch.num_rows:
                             yield batch
