@@ -65,7 +65,7 @@ def fig_vs_n(s: pd.DataFrame, metric: str, label: str, techniques: list[str], ti
                     color="gray" if t.endswith(("-chr", "-rand")) else "black",
                     markerfacecolor="white" if wave else None)  # hollow markers: wave indices
     ax.set_xlabel("number of sub-indices n")
-    ax.set_ylabel(f"average {label} time (s)")
+    ax.set_ylabel(f"median {label} time (s)")
     ax.set_xticks(sorted(d.n.unique()))
     ax.set_title(title)
     ax.set_ylim(bottom=0)
@@ -132,7 +132,7 @@ def fig4_8(steady: pd.DataFrame, fluct: pd.DataFrame, path: Path) -> Path | None
                label="fluctuating rate only (no steady run)")
     labels = [c.replace("NoRebuild", "NoR").replace("Rebuild", "R") for c in d.config]
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("average update time (s)")
+    ax.set_ylabel("median update time (s)")
     ax.set_title("Figure 4.8: effect of a data rate fluctuating by up to x4")
     ax.legend(fontsize=8)
     return _save(fig, d, path)
@@ -163,7 +163,7 @@ def fig_peers(s: pd.DataFrame, workload: str, path: Path) -> Path | None:
                hatch="//" if r.family != "peer" else "")  # hatched: ebb
     ax.set_xticks(x, ["update", "update cold", "probe", "probe cold", "scan", "scan cold"])
     ax.set_yscale("log")
-    ax.set_ylabel("average time (s, log scale)")
+    ax.set_ylabel("median time (s, log scale)")
     ax.set_title(f"ebb vs peers, {workload} (same records, same schedule)")
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, d[["label", "config"] + cols], path)
