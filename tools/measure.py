@@ -20,24 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from ..storage.iostats import proc_io  # the same counters ebb's update records use
+
 T = TypeVar("T")
-
-_IO_FIELDS = ("rchar", "wchar", "read_bytes", "write_bytes")
-
-
-def proc_io() -> dict[str, int]:
-    """This process's /proc/self/io counters (zeros where the kernel does not provide them)."""
-    out = {f: 0 for f in _IO_FIELDS}
-    try:
-        with open("/proc/self/io") as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name in out:
-                    out[name] = int(value)
-    except OSError:
-        pass
-    return out
-
 
 def reset_peak_rss() -> bool:
     """Resets the process's peak RSS so VmHWM measures from now on; False if not possible."""
