@@ -1,0 +1,77 @@
+"""ebb's one error hierarchy, and the exit code of each error in one place.
+
+Every failure a user can cause or meet is an ``EbbError``. The CLI prints ``ebb: error: <message>``
+(one line) and exits with ``exit_code``; library callers catch the class they care about. The
+messages are written for the user: they say what is wrong and what to do, never a traceback.
+
+This module imports nothing, so the CLI can map errors to exit codes without loading pyarrow.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # the archive or its environment failed (I/O, missing file, damage found while reading)
+EXIT_USAGE = 2  # bad arguments, configuration or job file
+EXIT_REJECTED = 3  # the input was rejected whole; nothing was changed
+EXIT_BUSY = 4  # another process holds the lock
+EXIT_VERIFY = 5  # ``ebb verify`` found problems
+EXIT_CORRUPT = 6  # a checksum failed: the archive's files are damaged
+
+
+class EbbError(Exception):
+    """Base of every error ebb raises on purpose."""
+
+    exit_code = EXIT_ERROR
+
+
+class UsageError(EbbError):
+    """A bad argument or setting, found before anything was changed."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """An archive configuration that cannot make a working archive."""
+
+
+class ArchiveError(EbbError):
+    """A problem with the archive itself: missing, of another format, or in an unusable state."""
+
+
+class FormatVersionError(ArchiveError):
+    """The archive was written in an on-disk format this ebb does not read."""
+
+
+class ArchiveBusy(ArchiveError):
+    """Another process holds the archive's writer (or scheduler) lock."""
+
+    exit_code = EXIT_BUSY
+
+
+class RejectedBatch(EbbError, ValueError):
+    """The batch or the update time violates the bad-input policy (docs/spec.md section 5);
+    the archive was not changed."""
+
+    exit_code = EXIT_REJECTED
+
+
+class SchemaError(RejectedBatch):
+    """The batch's schema cannot be stored or does not match the archive's."""
+
+
+class ReadError(EbbError, ValueError):
+    """A read that cannot be answered as asked (for example ``as_of`` before the last update)."""
+
+    exit_code = EXIT_USAGE
+
+
+class CorruptionError(EbbError):
+    """Stored bytes fail their checksum or are malformed. Nothing was returned from them."""
+
+    exit_code = EXIT_CORRUPT
+
+
+class VerifyFailed(EbbError):
+    """``ebb verify`` found problems (listed in the message)."""
+
+    exit_code = EXIT_VERIFY
