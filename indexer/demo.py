@@ -1,7 +1,7 @@
 """``ebb demo``: the whole pipeline on a synthetic stream, from landed files to probes.
 
 Temperature sensors are polled every 10 minutes and humidity sensors every 15; a reading is
-valid until the next poll is due (an explicit lifetime per source, SPEC section 4). Files land
+valid until the next poll is due (an explicit lifetime per source, docs/spec.md). Files land
 every minute; the scheduler runs one tick per minute of event time, loading each tick's results
 into a doubly partitioned archive. One tick also receives a file of late events, which are
 counted and dropped.
@@ -59,7 +59,7 @@ start = 3600
 """
 
 
-def run_demo(directory: str | None, ticks: int, sensors: int, master: str | None) -> int:
+def run_demo(directory: str | None, ticks: int, sensors: int, master: str | None, verbose: bool = False) -> int:
     t_start = time.perf_counter()
     root = directory or tempfile.mkdtemp(prefix="ebb-demo-")
     os.makedirs(root, exist_ok=True)
@@ -83,13 +83,15 @@ def run_demo(directory: str | None, ticks: int, sensors: int, master: str | None
     print(f"  S = {c.max_lifetime} s; auto layout: doubly partitioned round-robin 3x3, NoRebuild; Delta = {delta} s\n")
     for hi in range(tau - c.max_lifetime + delta, tau + 1, delta):  # history before the bulk load
         land_minute(hi - delta, hi)
-    with Scheduler(job, master, say=lambda m: print("  " + m, flush=True)) as s:
+    with Scheduler(job, master, say=lambda m: print("  " + m, flush=True), verbose=verbose) as s:
         s.run(ticks=1)
         for j in range(1, ticks + 1):
             T = tau + j * delta
             land_minute(T - delta, T)
             if j == 3:
                 # a producer re-sends readings from two minutes ago: late, counted and dropped
+                print(f"  (on purpose: a producer re-sends the temperature readings of T={T - 3 * delta}..{T - 2 * delta}, "
+                      "whose ticks are already committed; they are late, so the next tick counts and drops them)")
                 land(with_timestamps(fleets["temperature"].polls(T - 3 * delta, T - 2 * delta), job.origin_us, unit),
                      job.sources["temperature"].path, f"temperature-{T:08d}-resend.parquet")
             s.run(ticks=1)
@@ -106,5 +108,9 @@ def run_demo(directory: str | None, ticks: int, sensors: int, master: str | None
         problems, _ = verify(s.archive)
     print("verify: " + ("ok" if not problems else "; ".join(problems)))
     archive = job.archive.path
-    print(f"\ndone in {time.perf_counter() - t_start:.0f} s. Next: ebb stats {archive}   ebb probe {archive} 42   ebb explain {job_path}")
+    print(f"\ndone in {time.perf_counter() - t_start:.0f} s. Next:")
+    print(f"  ebb stats {archive}")
+    print(f"  ebb probe {archive} 42")
+    print(f"  ebb explain {job_path}")
+    print(f"  ebb run {job_path} --ticks 3     # three more ticks; no new files landed, so they skip Spark")
     return 0 if not problems else 5

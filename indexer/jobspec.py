@@ -1,6 +1,7 @@
 """The TOML job file: sources, one windowed query, and the archive it feeds.
 
-Example (docs/semantics.md explains every field)::
+docs/jobs.md is the reference: every section and field with its type, default and meaning, and
+one complete example per query kind. In short::
 
     [job]
     time_unit = "s"                  # one chronon; event times are converted to it
@@ -25,24 +26,58 @@ Example (docs/semantics.md explains every field)::
     interval = 60                    # Delta
     start = 0                        # tau
 
-Parsing checks every field and raises ``JobError`` naming the field and the problem.
+Parsing checks every field and raises ``JobError`` naming the field and the problem; a key that
+is not a field of its section (a typo such as ``slid`` for ``slide``) is an error that names the
+closest valid key. What can only be checked against the sources' columns (select expressions,
+the key among the output columns) is checked by ``ebb explain`` and by every tick.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..storage.errors import UsageError
+
 TIME_UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "min": 60_000_000, "h": 3_600_000_000}
 KINDS = ("window", "join", "lifetime", "aggregate", "distinct")
 AGG_FUNCS = ("count", "sum", "avg", "min", "max")
+DEFAULT_MAX_CATCHUP = 1000  # ticks `ebb run` runs at most without being told more
+
+# The fields of each section (docs/jobs.md). Anything else is a typo or a misplaced field.
+TOP_FIELDS = ("job", "source", "query", "archive")
+JOB_FIELDS = ("time_unit", "origin", "late_policy", "max_catchup")
+SOURCE_FIELDS = ("name", "path", "format", "time_column", "key", "lifetime", "lifetime_column", "options")
+# a window's fields; rows, partition_by, landmark and unbounded exist to name unarchivable windows
+WINDOW_FIELDS = ("source", "range", "slide", "rows", "partition_by", "landmark", "unbounded", "lifetime",
+                 "lifetime_column", "filter")
+QUERY_FIELDS = {
+    "window": ("kind", "key", "select", "max_lifetime") + WINDOW_FIELDS,
+    "distinct": ("kind", "key", "select", "max_lifetime") + WINDOW_FIELDS,
+    "aggregate": ("kind", "key", "group_by", "aggregates") + WINDOW_FIELDS,
+    "join": ("kind", "key", "left", "right", "on", "condition", "select", "filter", "max_lifetime"),
+    "lifetime": ("kind", "key", "sources", "source", "select", "filter", "max_lifetime"),
+}
+ARCHIVE_FIELDS = ("path", "layout", "partitioning", "split", "G", "E", "n", "mode", "interval", "start",
+                  "max_lifetime", "bucket_capacity")
 
 
-class JobError(ValueError):
-    """The job file is invalid or asks for a result ebb cannot archive."""
+class JobError(UsageError):
+    """The job file is invalid or asks for a result ebb cannot archive (exit code 2)."""
+
+
+def check_fields(d: dict, allowed: tuple[str, ...], where: str) -> None:
+    """Rejects keys of ``d`` that are not in ``allowed``, naming the closest valid one."""
+    for k in d:
+        if k not in allowed:
+            close = difflib.get_close_matches(k, allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(allowed)}"
+            raise JobError(f"unknown key {k!r} in {where}; {hint}")
 
 
 @dataclass(frozen=True)
@@ -112,6 +147,7 @@ class Job:
     sources: dict[str, Source]
     query: Query
     archive: ArchiveSpec
+    max_catchup: int = DEFAULT_MAX_CATCHUP  # most ticks one `ebb run` runs unless told more
 
 
 def _get(d: dict, key: str, typ, where: str, default: Any = ..., choices=None):
@@ -134,6 +170,8 @@ def _positive(v: int | None, where: str) -> int | None:
 
 
 def _window(d: dict, where: str, default_source: str | None) -> Window:
+    if where != "query":  # the query's own fields were checked against its kind
+        check_fields(d, WINDOW_FIELDS, where)
     rng = d.get("range")
     unbounded = rng in ("unbounded", "landmark") or bool(d.get("landmark", False)) or bool(d.get("unbounded", False))
     if rng is not None and not unbounded and (not isinstance(rng, int) or isinstance(rng, bool)):
@@ -152,6 +190,35 @@ def _window(d: dict, where: str, default_source: str | None) -> Window:
         lifetime_column=_get(d, "lifetime_column", str, where, None),
         filter=_get(d, "filter", str, where, None),
     )
+
+
+_AGG = re.compile(r"^\s*(\w+)\s*\(\s*(\*|[^()]+?)\s*\)\s*$")
+
+
+def check_aggregates(aggs: dict[str, str]) -> None:
+    if not aggs:
+        raise JobError("query.aggregates: give at least one, e.g. {n = \"count(*)\", mean = \"avg(value)\"}")
+    for name, expr in aggs.items():
+        m = _AGG.match(expr)
+        if not m or m.group(1).lower() not in AGG_FUNCS:
+            close = difflib.get_close_matches(m.group(1).lower(), AGG_FUNCS, n=1) if m else []
+            hint = f"; did you mean {close[0]}({m.group(2)})?" if close else ""
+            raise JobError(f"query.aggregates.{name}: {expr!r} is not one of "
+                           f"{', '.join(f + '(column)' for f in AGG_FUNCS)}{hint}")
+        if m.group(2) == "*" and m.group(1).lower() != "count":
+            raise JobError(f"query.aggregates.{name}: only count takes *")
+
+
+def check_query(q: Query) -> None:
+    """The checks that need no data: aggregate functions, the key among group_by, distinct's
+    projection. Output columns are checked against the sources' schemas (``tick.check``)."""
+    if q.kind == "aggregate":
+        check_aggregates(q.aggregates)
+        if q.key not in q.group_by:
+            raise JobError(f"query.key {q.key!r} must be one of query.group_by ({', '.join(q.group_by) or 'empty'}): "
+                           "each result row needs the archive's key")
+    if q.kind == "distinct" and not q.select:
+        raise JobError("query.select: a distinct query needs the projection whose values are made distinct")
 
 
 def _origin_us(text: str | None) -> int:
@@ -176,11 +243,19 @@ def load_job(path: str) -> Job:
     except tomllib.TOMLDecodeError as e:
         raise JobError(f"{path} is not valid TOML: {e}") from None
     base = os.path.dirname(os.path.abspath(path))
+    check_fields(raw, TOP_FIELDS, "the job file (sections: [job], [[source]], [query], [archive])")
+    for section in ("job", "query", "archive"):
+        if section in raw and not isinstance(raw[section], dict):
+            raise JobError(f"{section} must be a table: write [{section}]")
+    if "source" in raw and not (isinstance(raw["source"], list) and all(isinstance(s, dict) for s in raw["source"])):
+        raise JobError("source must be an array of tables: write [[source]] before each source")
     j = raw.get("job", {})
+    check_fields(j, JOB_FIELDS, "[job]")
     unit = _get(j, "time_unit", str, "job", "s", choices=list(TIME_UNITS_US) + ["chronon"])
     sources: dict[str, Source] = {}
     for i, s in enumerate(raw.get("source", [])):
         where = f"source[{i}]"
+        check_fields(s, SOURCE_FIELDS, f"[[source]] number {i + 1}" + (f" ({s['name']!r})" if isinstance(s.get("name"), str) else ""))
         name = _get(s, "name", str, where)
         if name in sources:
             raise JobError(f"{where}.name: {name!r} is used twice")
@@ -205,6 +280,7 @@ def load_job(path: str) -> Job:
                        "later input of the subtracted stream, so it cannot be archived with a fixed expiration time")
     if kind not in KINDS:
         raise JobError(f"query.kind: {kind!r} is not one of {', '.join(KINDS)}")
+    check_fields(q, QUERY_FIELDS[kind], f"[query] (kind {kind!r})")
     if kind == "join":
         windows = (_window(_get(q, "left", dict, "query"), "query.left", None),
                    _window(_get(q, "right", dict, "query"), "query.right", None))
@@ -232,9 +308,11 @@ def load_job(path: str) -> Job:
         aggregates=aggs,
         max_lifetime=_positive(_get(q, "max_lifetime", int, "query", None), "query.max_lifetime"),
     )
+    check_query(query)
     a = raw.get("archive")
     if a is None:
         raise JobError("the job has no [archive]")
+    check_fields(a, ARCHIVE_FIELDS, "[archive]")
     archive = ArchiveSpec(
         path=os.path.join(base, _get(a, "path", str, "archive")),
         layout=_get(a, "layout", str, "archive", "auto", choices=("auto", "doubly", "wave")),
@@ -247,6 +325,7 @@ def load_job(path: str) -> Job:
         max_lifetime=_positive(_get(a, "max_lifetime", int, "archive", None), "archive.max_lifetime"),
         bucket_capacity=_get(a, "bucket_capacity", int, "archive", None),
     )
-    return Job(path=os.path.abspath(path), time_unit=unit, origin_us=_origin_us(j.get("origin")),
+    return Job(path=os.path.abspath(path), time_unit=unit, origin_us=_origin_us(_get(j, "origin", str, "job", None)),
                late_policy=_get(j, "late_policy", str, "job", "drop", choices=("drop", "fail")),
-               sources=sources, query=query, archive=archive)
+               sources=sources, query=query, archive=archive,
+               max_catchup=_positive(_get(j, "max_catchup", int, "job", DEFAULT_MAX_CATCHUP), "job.max_catchup"))

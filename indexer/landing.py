@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..storage.errors import EbbError
+
 
 @dataclass(frozen=True)
 class LandedFile:
@@ -32,8 +34,8 @@ class LandedFile:
         return LandedFile(*v)
 
 
-class LandingError(RuntimeError):
-    """A landed file changed or vanished after it was processed."""
+class LandingError(EbbError):
+    """A landed file changed after it was processed (exit code 1)."""
 
 
 def list_files(directory: str) -> dict[str, tuple[int, int]]:
@@ -57,8 +59,11 @@ def new_files(directory: str, known: dict[str, LandedFile]) -> dict[str, tuple[i
     now = list_files(directory)
     for rel, lf in known.items():
         if rel in now and now[rel] != (lf.size, lf.mtime_ns):
-            raise LandingError(f"{os.path.join(directory, rel)} changed after it was processed; landed files must be "
-                               "immutable (write to a temporary name, then rename)")
+            what = "size" if now[rel][0] != lf.size else "modification time"
+            raise LandingError(f"landed file {os.path.join(directory, rel)} changed ({what}) after it was processed, "
+                               "and landed files must never change. If the directory was copied, copy it keeping "
+                               "modification times (cp -a, rsync -a); if the file was rewritten, restore it, or start a "
+                               "new archive (archive.path) to process the new contents")
     return {rel: v for rel, v in now.items() if rel not in known}
 
 

@@ -1,4 +1,4 @@
-"""Update-pattern classification of a query (Golab and Oezsu 2005; SPEC section 4).
+"""Update-pattern classification of a query (Golab and Oezsu 2005; docs/spec.md, "Windowed results").
 
 - monotonic: results never expire (unbounded or landmark windows): rejected, nothing to expire;
 - weakest non-monotonic: results expire in insertion order (equal lifetimes): a wave index;

@@ -2,7 +2,11 @@
 
 Tick j runs at ``T_j = tau + j*Delta`` and produces the results with ``ts`` in
 ``(T_{j-1}, T_j]`` (tick 0, the initial bulk load at tau, produces those in ``(tau - S, tau]``).
-Ticks run in order; after downtime the missed ones run one by one (catch-up).
+Ticks run in order; after downtime the missed ones run one by one (catch-up). A catch-up says
+first how many ticks are due and refuses more than ``max_catchup`` (job.max_catchup, default
+1,000) unless told otherwise. A tick whose input range holds no landed file has no results: it
+skips Spark and only runs the archive's update (its deletions and the checkpoint), in
+milliseconds.
 
 Exactly once: the scheduler's progress (last tick, manifest of landed files with their late
 thresholds) is stored in the archive as checkpoint ``scheduler`` and committed in the same LMDB
@@ -13,6 +17,7 @@ off the archive.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -21,14 +26,17 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
+import pyarrow as pa
+
 from ..storage.archive import Archive, ArchiveBusy
+from ..storage.errors import RejectedBatch
 from ..storage.files import LockHeld, exclusive_lock
 from ..storage.manifest import ArchiveConfig
 from . import events
 from .jobspec import TIME_UNITS_US, Job, JobError
 from .landing import LandedFile, list_files, new_files
 from .patterns import Classification, classify
-from .tick import compute
+from .tick import TickInput, compute, has_input
 
 CHECKPOINT = "scheduler"
 LOCK_FILE = "SCHEDULER"
@@ -54,6 +62,14 @@ class Progress:
         d = json.loads(raw)
         return Progress(d["fingerprint"], d["last_slot"], d["late_total"],
                         {s: {rel: LandedFile.from_list(v) for rel, v in m.items()} for s, m in d["manifests"].items()})
+
+
+class LateEventsRejected(RejectedBatch):
+    """Late events arrived and the job's late_policy is 'fail' (exit code 3; nothing committed)."""
+
+
+class TooManyTicks(JobError):
+    """More ticks are due than the catch-up bound allows (exit code 2; nothing ran)."""
 
 
 def fingerprint(job: Job) -> str:
@@ -93,11 +109,12 @@ class Scheduler:
     """Runs a job's ticks against its archive. Use ``with Scheduler(job) as s: s.run(...)``."""
 
     def __init__(self, job: Job, master: str | None = None, conf: dict[str, str] | None = None,
-                 say: Callable[[str], None] = print):
+                 say: Callable[[str], None] = print, verbose: bool = False):
         self.job = job
         self.cls = classify(job)
-        self.master, self.conf, self.say = master, conf or {}, say
+        self.master, self.conf, self.say, self.verbose = master, conf or {}, say, verbose
         self._spark = None
+        self._computed = False  # whether a tick has run a Spark query yet
         self._lock = None
         self.archive: Archive | None = None
 
@@ -116,20 +133,29 @@ class Scheduler:
             self.archive.close()
         self._lock.__exit__(*exc)
 
-    def _open_archive(self) -> Archive:
+    def _open_archive(self) -> Archive | None:
+        """The job's archive, or None if the first tick is still to create it."""
         path = self.job.archive.path
-        if os.path.exists(os.path.join(path, "EBB")):
-            arc = Archive(path)
-            raw = arc.checkpoint(CHECKPOINT)
-            if raw is not None and Progress.from_bytes(raw).fingerprint != fingerprint(self.job):
-                arc.close()
-                raise JobError(f"the job's query or sources changed since {path} was filled; its results would mix "
-                               "two meanings. Point archive.path at a new archive")
-            return arc
-        cfg = archive_config(self.job, self.cls)
+        if not os.path.exists(os.path.join(path, "EBB")):
+            return None
+        arc = Archive(path)
+        raw = arc.checkpoint(CHECKPOINT)
+        if raw is not None and Progress.from_bytes(raw).fingerprint != fingerprint(self.job):
+            arc.close()
+            raise JobError(f"the job's query or sources changed since {path} was filled; its results would mix "
+                           "two meanings. Point archive.path at a new archive")
+        return arc
+
+    @property
+    def config(self) -> ArchiveConfig:
+        """The archive's configuration (the one it will be created with, before the first tick)."""
+        return self.archive.config if self.archive is not None else archive_config(self.job, self.cls)
+
+    def _create_archive(self) -> None:
+        cfg, path = self.config, self.job.archive.path
         self.say(f"creating archive {path}: {cfg.layout_obj.describe()}, {cfg.mode}, Delta={cfg.delta} S={cfg.max_lifetime}")
         # the runner lock file is already in the directory: create the archive beside it
-        return Archive.create(path, cfg, allow_existing={LOCK_FILE})
+        self.archive = Archive.create(path, cfg, allow_existing={LOCK_FILE})
 
     @property
     def spark(self):
@@ -137,12 +163,13 @@ class Scheduler:
             from .spark import session
 
             t0 = time.perf_counter()
-            self._spark = session(self.master, self.conf)
+            self.say(f"starting Spark ({self.master or 'local[*]'}; 10-30 s)...")
+            self._spark = session(self.master, self.conf, verbose=self.verbose)
             self.say(f"spark {self._spark.version} ready ({self._spark.sparkContext.master}) in {time.perf_counter() - t0:.1f} s")
         return self._spark
 
     def progress(self) -> Progress:
-        raw = self.archive.checkpoint(CHECKPOINT)
+        raw = None if self.archive is None else self.archive.checkpoint(CHECKPOINT)
         return Progress.from_bytes(raw) if raw else Progress(fingerprint(self.job))
 
     # -- which ticks ---------------------------------------------------------------------------
@@ -151,13 +178,28 @@ class Scheduler:
         if self.job.time_unit == "chronon":
             raise JobError("time_unit is 'chronon': there is no wall clock to follow; use --ticks N or --until T")
         now = (time.time_ns() // 1000 - self.job.origin_us) // TIME_UNITS_US[self.job.time_unit]
-        return (int(now) - self.archive.config.tau) // self.archive.config.delta
+        return (int(now) - self.config.tau) // self.config.delta
 
-    def run(self, ticks: int | None = None, until: int | None = None, follow: bool = False) -> int:
+    def when(self, T: int) -> str:
+        """Event time T for people: ``T=3660 (2026-01-01 01:01:00 UTC)``."""
+        if self.job.time_unit == "chronon":
+            return f"T={T}"
+        us = self.job.origin_us + T * TIME_UNITS_US[self.job.time_unit]
+        try:
+            stamp = dt.datetime.fromtimestamp(us / 1e6, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        except (OverflowError, ValueError, OSError):
+            return f"T={T}"
+        return f"T={T} ({stamp})"
+
+    def run(self, ticks: int | None = None, until: int | None = None, follow: bool = False,
+            max_catchup: int | None = None) -> int:
         """Runs ticks: the next ``ticks``, those up to time ``until``, or those due by the wall
-        clock (and, with ``follow``, keeps going). Returns how many ran."""
-        tm = self.archive.config.time
+        clock (and, with ``follow``, keeps going). Returns how many ran. Without ``ticks``, more
+        than ``max_catchup`` (default: the job's) due ticks raise TooManyTicks before any runs."""
+        tm = self.config.time
+        limit = self.job.max_catchup if max_catchup is None else max_catchup
         done = 0
+        first = True
         while True:
             nxt = 0 if self.progress().last_slot is None else self.progress().last_slot + 1
             if ticks is not None:
@@ -166,6 +208,16 @@ class Scheduler:
                 last = (until - tm.tau) // tm.delta
             else:
                 last = self.now_slot()
+            due = last - nxt + 1
+            if first:
+                first = False
+                if due <= 0:
+                    self.say(f"no tick is due: the next, tick {nxt}, is at {self.when(tm.time_of(nxt))}")
+                elif due > 1:  # a single tick's own line says the same
+                    self.say(f"{due} ticks due: tick {nxt} at {self.when(tm.time_of(nxt))} to tick {last} at "
+                             f"{self.when(tm.time_of(last))}")
+                if ticks is None and due > limit:
+                    self._refuse(due, limit, nxt, last)
             while nxt <= last:
                 self.run_tick(nxt)
                 done += 1
@@ -175,9 +227,23 @@ class Scheduler:
             wait = tm.time_of(nxt) - (time.time_ns() // 1000 - self.job.origin_us) / TIME_UNITS_US[self.job.time_unit]
             time.sleep(max(0.2, min(wait * TIME_UNITS_US[self.job.time_unit] / 1e6, 60)))
 
+    def _refuse(self, due: int, limit: int, nxt: int, last: int) -> None:
+        tm = self.config.time
+        job = os.path.relpath(self.job.path)
+        start = (f"set archive.start nearer to now (the archive is not created yet; the tick due now is at T={tm.time_of(last)})"
+                 if self.archive is None else
+                 f"start a new archive (archive.path) with archive.start nearer to now (the tick due now is at T={tm.time_of(last)})")
+        raise TooManyTicks(
+            f"{due} ticks are due, more than the catch-up bound of {limit} (each tick is one archive update, and "
+            f"records that expire meanwhile are deleted). Nothing was run. Choose: `ebb run {job} --ticks N` runs the "
+            f"next N ticks; `--until T` runs those up to event time T (tick {nxt} is at T={tm.time_of(nxt)}); "
+            f"`--max-catchup {due}` (or max_catchup = {due} in [job]) runs them all; or {start}")
+
     # -- one tick --------------------------------------------------------------------------------
     def run_tick(self, j: int) -> dict:
         """Computes and loads tick j (the next one); commits results and progress together."""
+        if self.archive is None:
+            self._create_archive()
         tm = self.archive.config.time
         prog = self.progress()
         expected = 0 if prog.last_slot is None else prog.last_slot + 1
@@ -189,17 +255,25 @@ class Scheduler:
         t0 = time.perf_counter()
         late, new_count = self._discover(prog, threshold)
         if late and self.job.late_policy == "fail":
-            raise JobError(f"{late} late events (at or before the last processed tick {threshold}) in newly landed files; "
-                           "late_policy is 'fail'. Remove the files or set late_policy = \"drop\"")
-        table, info = compute(self.spark, self.job, self.cls, prog.manifests, lo, T)
+            raise LateEventsRejected(f"{late} late events (at or before the last processed tick {threshold}) in newly "
+                                     "landed files; late_policy is 'fail'. Remove the files or set late_policy = \"drop\"")
+        if has_input(self.job, self.cls, prog.manifests, lo, T):
+            if not self._computed:
+                self.say(f"tick {j} T={T}: computing (the first tick also compiles the query; this can take a while)...")
+            table, info = compute(self.spark, self.job, self.cls, prog.manifests, lo, T)
+            self._computed = True
+        else:  # no file holds events this tick reads: no results, and no need for Spark
+            table, info = pa.table({}), TickInput(skipped=True)
         t1 = time.perf_counter()
         prog.last_slot = j
         prog.late_total += late
         rec = self.archive.load(table, T, checkpoint={CHECKPOINT: prog.to_bytes()}, late_rows=late)
         t2 = time.perf_counter()
         rec.update(spark_seconds=round(t1 - t0, 3), load_seconds=round(t2 - t1, 3), files_read=info.files, new_files=new_count)
-        self.say(f"tick {j} T={T}: {info.rows} results from {info.files} files ({new_count} new, {late} late events dropped); "
-                 f"spark {t1 - t0:.2f} s, load {t2 - t1:.2f} s; +{rec['inserted']} -{rec['deleted']} "
+        source = ("no landed file in its input range, Spark skipped" if info.skipped else
+                  f"{info.rows} results from {info.files} files ({new_count} new, {late} late events dropped); "
+                  f"spark {t1 - t0:.2f} s")
+        self.say(f"tick {j} T={T}: {source}, load {t2 - t1:.2f} s; +{rec['inserted']} -{rec['deleted']} "
                  f"(dropped {rec['dropped_expired']} expired); touched {len(rec['subindices_touched'])}/{self.archive.config.n} "
                  f"sub-indices, wrote {rec['bytes_written']} B, read {rec['bytes_read']} B")
         return rec

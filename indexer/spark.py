@@ -1,15 +1,75 @@
-"""The Spark session the indexer runs in: local[*] unless told otherwise, Arrow enabled."""
+"""The Spark session the indexer runs in: local[*] unless told otherwise, Arrow enabled.
+
+Quiet by default: the JVM that PySpark launches inherits this process's stdout and stderr, and
+prints its start-up warnings and log4j lines there. Unless ``verbose``, both are pointed at a
+temporary file while the JVM starts (it keeps them), so a user sees ebb's lines only; the file
+is read back for the message if Spark fails to start.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..storage.errors import EbbError
+
+JAVA_NEEDED = "Spark needs Java 17 or newer"
 
 
-def session(master: str | None = None, conf: dict[str, str] | None = None, app: str = "ebb"):
+class SparkUnavailable(EbbError):
+    """Spark (its JVM) could not start (exit code 1)."""
+
+
+def _java_problem() -> str | None:
+    """Why no JVM can start, if that can be told without starting one."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        if not os.access(os.path.join(home, "bin", "java"), os.X_OK):
+            return f"{JAVA_NEEDED}, and JAVA_HOME={home} has no bin/java; point JAVA_HOME at a Java 17 installation"
+        return None
+    if shutil.which("java") is None:
+        return (f"{JAVA_NEEDED}, and there is no `java` on PATH (and JAVA_HOME is not set); install Java 17 "
+                "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+    return None
+
+
+@contextmanager
+def _jvm_output_to(log) -> Iterator[None]:
+    """Points file descriptors 1 and 2 at ``log`` for processes started meanwhile."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
+def _last_lines(log, n: int = 3) -> str:
+    log.flush()
+    log.seek(0)
+    lines = [x.strip() for x in log.read().decode(errors="replace").splitlines() if x.strip()]
+    return " | ".join(lines[-n:])
+
+
+def session(master: str | None = None, conf: dict[str, str] | None = None, app: str = "ebb", verbose: bool = False):
     """Creates (or returns) the SparkSession. ``master`` and ``conf`` pass through, so the same
-    job runs on a cluster (``--master spark://host:7077 --conf spark.executor.memory=4g``)."""
+    job runs on a cluster (``--master spark://host:7077 --conf spark.executor.memory=4g``).
+    Raises ``SparkUnavailable`` (one line, saying what is needed) if the JVM cannot start."""
     from pyspark.sql import SparkSession
 
+    problem = _java_problem()
+    if problem:
+        raise SparkUnavailable(problem)
     local = master is None or master.startswith("local")
     if local:
         # a local driver needs no network beyond loopback
@@ -28,6 +88,17 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, app: 
         defaults["spark.driver.host"] = "127.0.0.1"
     for k, v in {**defaults, **(conf or {})}.items():
         b = b.config(k, v)
-    spark = b.getOrCreate()
+    if verbose:
+        spark = b.getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        return spark
+    with tempfile.TemporaryFile(prefix="ebb-spark-", suffix=".log") as log:
+        try:
+            with _jvm_output_to(log):
+                spark = b.getOrCreate()
+        except Exception as e:
+            detail = _last_lines(log) or " ".join(str(e).split())[:300]
+            raise SparkUnavailable(f"Spark did not start ({JAVA_NEEDED}; run with --verbose to see its output): "
+                                   f"{detail}") from e
     spark.sparkContext.setLogLevel("ERROR")
     return spark

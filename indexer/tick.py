@@ -3,6 +3,10 @@
 A tick reads only the files whose event-time range meets ``(lo - lookback, hi]`` (the interval
 plus the largest window), drops late events file by file, runs the query's builder and filters
 to the tick's interval. The result travels to the loader as one Arrow table (``toArrow``).
+
+A tick with no such file has no results for any query kind (every kind's output needs an input
+event), so ``has_input`` lets the scheduler skip Spark for it. ``result_frame`` is shared with
+``ebb explain``, which analyses the query over empty inputs with the sources' real schemas.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import pyarrow as pa
 
 from . import events
 from .jobspec import Job, JobError
-from .landing import LandedFile, files_for_range
+from .landing import LandedFile, files_for_range, list_files
 from .patterns import Classification
 from .queries import BUILDERS
 
@@ -22,6 +26,7 @@ from .queries import BUILDERS
 class TickInput:
     files: int = 0  # files read
     rows: int = 0  # results
+    skipped: bool = False  # no file in the input range: Spark was not run
 
 
 def _source_frame(spark, job: Job, name: str, manifest: dict[str, LandedFile], lo: int, hi: int, info: TickInput):
@@ -49,6 +54,53 @@ def _source_frame(spark, job: Job, name: str, manifest: dict[str, LandedFile], l
     return df.filter((F.col(events.T) > lo) & (F.col(events.T) <= hi))
 
 
+def has_input(job: Job, cls: Classification, manifests: dict[str, dict[str, LandedFile]], lo: int, hi: int) -> bool:
+    """Whether any landed file may hold events that the tick for (lo, hi] reads."""
+    return any(files_for_range(manifests.get(w.source, {}), lo - cls.lookback + 1, hi) for w in job.query.windows)
+
+
+_KEY_TYPES = ("bigint", "int", "smallint", "tinyint", "string")
+
+
+def result_frame(job: Job, inputs: dict, lo: int | None, hi: int | None):
+    """The query's result DataFrame over ``inputs`` (None if no source has data), analysed:
+    JobError if Spark rejects an expression, or the output lacks the key or has its own ts/exp."""
+    from pyspark.errors import AnalysisException, ParseException
+
+    try:
+        df = BUILDERS[job.query.kind](job, inputs, lo, hi)
+        if df is None:
+            return None
+        columns = df.columns  # analyses the plan
+    except (AnalysisException, ParseException) as e:
+        raise JobError(f"query: Spark cannot run it: {str(e).splitlines()[0]}") from None
+    for reserved in ("ts", "exp"):
+        if columns.count(reserved) > 1:
+            raise JobError(f"query.select: the output may not have its own {reserved!r} column")
+    if job.query.key not in columns:
+        raise JobError(f"query.key {job.query.key!r} is not an output column (columns: "
+                       f"{', '.join(c for c in columns if c not in ('ts', 'exp'))}); add it to query.select")
+    key_type = df.schema[job.query.key].dataType.simpleString()
+    if key_type not in _KEY_TYPES:
+        raise JobError(f"query.key {job.query.key!r} has type {key_type}; an archive's key must be an integer or a string")
+    return df
+
+
+def check(spark, job: Job) -> list[str] | None:
+    """Analyses the query over empty inputs with the schema of each source's first landed file,
+    the way a tick would; returns the output columns as ``name: type``. None (nothing checked)
+    if some source has no landed file yet."""
+    inputs = {}
+    for w in job.query.windows:
+        src = job.sources[w.source]
+        files = sorted(list_files(src.path))
+        if not files:
+            return None
+        inputs[w.source] = events.read(spark, src, job, files[:1]).limit(0)
+    df = result_frame(job, inputs, None, None)
+    return [f"{f.name}: {f.dataType.simpleString()}" for f in df.schema.fields]
+
+
 def compute(spark, job: Job, cls: Classification, manifests: dict[str, dict[str, LandedFile]],
             lo: int, hi: int) -> tuple[pa.Table, TickInput]:
     """Results with lo < ts <= hi as an Arrow table (no columns if no source has data yet)."""
@@ -60,14 +112,9 @@ def compute(spark, job: Job, cls: Classification, manifests: dict[str, dict[str,
     for w in job.query.windows:
         if w.source not in inputs:
             inputs[w.source] = _source_frame(spark, job, w.source, manifests.get(w.source, {}), read_lo, hi, info)
-    df = BUILDERS[job.query.kind](job, inputs, lo, hi)
+    df = result_frame(job, inputs, lo, hi)
     if df is None:
         return pa.table({}), info
-    for reserved in ("ts", "exp"):
-        if df.columns.count(reserved) > 1:
-            raise JobError(f"query.select: the output may not have its own {reserved!r} column")
-    if job.query.key not in df.columns:
-        raise JobError(f"query.key {job.query.key!r} is not an output column (columns: {', '.join(df.columns)})")
     df = df.filter((F.col("ts") > lo) & (F.col("ts") <= hi))
     df = df.withColumn("ts", F.col("ts").cast("bigint")).withColumn("exp", F.col("exp").cast("bigint"))
     table = df.toArrow()

@@ -1,8 +1,13 @@
 """The ``ebb`` command: a thin layer over ebb.storage and ebb.query.
 
-Exit codes: 0 success; 1 error (archive missing or damaged, I/O); 2 usage error; 3 input
-rejected (SPEC section 5, nothing was changed); 4 archive busy (another writer); 5 ``verify``
-found problems.
+Every failure is printed as one line, ``ebb: error: <message>``, and exits with the code of its
+class in ``ebb.storage.errors`` (mapped in ``main``, the only place): 0 success; 1 error (archive
+missing or damaged, I/O); 2 usage error (arguments, job file); 3 input rejected (docs/spec.md,
+"Bad input": nothing was changed); 4 archive busy (another writer); 5 ``verify`` found
+problems; 6 corrupt data. ``--debug`` adds the traceback.
+
+Start-up time matters (``ebb probe`` should answer in well under a second), so modules are
+imported where a command needs them: ``ebb --help`` loads neither pyarrow nor pyspark.
 """
 
 from __future__ import annotations
@@ -12,9 +17,8 @@ import importlib
 import json
 import os
 import sys
-import time
 
-EXIT_ERROR, EXIT_USAGE, EXIT_REJECTED, EXIT_BUSY, EXIT_VERIFY = 1, 2, 3, 4, 5
+from ..storage.errors import EXIT_ERROR, EXIT_VERIFY, EbbError, RejectedBatch, UsageError
 
 # Subcommands that belong to other layers. Each module defines ``register(subparsers)``, which adds
 # its parsers with ``set_defaults(handler=run)``; ``run(args) -> int`` does the work. They must not
@@ -22,8 +26,10 @@ EXIT_ERROR, EXIT_USAGE, EXIT_REJECTED, EXIT_BUSY, EXIT_VERIFY = 1, 2, 3, 4, 5
 LAYER_COMMANDS: list[str] = ["ebb.indexer.commands", "ebb.query.serve_cmd", "ebb.tools.bench_cmd"]
 
 EPILOG = """\
-exit codes: 0 ok, 1 error, 2 usage, 3 input rejected (archive unchanged),
-            4 archive busy (another process is updating it), 5 verify found problems
+exit codes: 0 ok, 1 error, 2 usage (arguments, job file), 3 input rejected (archive unchanged),
+            4 archive busy (another process is updating it), 5 verify found problems,
+            6 corrupt data
+--debug (before or after COMMAND) prints the traceback of an error.
 
 typical session:
   ebb init /data/arc --layout doubly --partitioning round-robin --G 3 --E 3 \\
@@ -44,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -121,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--updates", type=int, default=10, metavar="N", help="table format: show the last N updates (default 10)")
 
     c = cmd("plan", "which sub-indices the next updates will touch",
-            "List, for each of the next N updates, the sub-indices (numbered I1..In as in SPEC section 3) "
+            "List, for each of the next N updates, the sub-indices (numbered I1..In as in docs/spec.md, 'Where each record lives') "
             "that it inserts into and deletes from.")
     c.add_argument("path", help="archive directory")
     c.add_argument("--updates", type=int, default=4, metavar="N", help="how many updates to plan (default 4)")
@@ -129,12 +136,14 @@ def _parser() -> argparse.ArgumentParser:
 
     c = cmd("verify", "check every invariant and checksum",
             "Check the committed state: bucket checksums, directory entries, sort order, that no expired "
-            "record is stored, that every record is in the sub-index SPEC section 3 assigns it, and the "
+            "record is stored, that every record is in the sub-index docs/spec.md assigns it, and the "
             "manifest's sizes. Exits 5 if anything is wrong.")
     c.add_argument("path", help="archive directory")
 
     for module in LAYER_COMMANDS:
         importlib.import_module(module).register(sub)
+    for c in sub.choices.values():  # `ebb stats X --debug` works as well as `ebb --debug stats X`
+        c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="print the traceback of an error")
     return p
 
 
@@ -143,22 +152,39 @@ def _fail(msg: str, code: int) -> int:
     return code
 
 
+def exit_code(e: BaseException) -> int:
+    """The exit code of an error: its class's ``exit_code`` (ebb.storage.errors)."""
+    if isinstance(e, EbbError):
+        return e.exit_code
+    # storage's ArchiveError/ArchiveBusy/RejectedBatch derive from EbbError from format version 2
+    # on; until then they are mapped here by their storage/errors.py namesakes' codes
+    from ..storage import errors
+
+    for name in ("ArchiveBusy", "RejectedBatch", "ArchiveError"):
+        if name in {c.__name__ for c in type(e).__mro__}:
+            return getattr(errors, name).exit_code
+    return EXIT_ERROR
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from ..storage.archive import ArchiveBusy, ArchiveError
-    from ..storage.validate import RejectedBatch
-
     handler = getattr(args, "handler", None) or globals()[f"_cmd_{args.command}"]
     try:
         return int(handler(args) or 0)
-    except RejectedBatch as e:
-        return _fail(str(e), EXIT_REJECTED)
-    except ArchiveBusy as e:
-        return _fail(str(e), EXIT_BUSY)
-    except (ArchiveError, FileNotFoundError, ValueError) as e:
-        return _fail(str(e), EXIT_ERROR)
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as e:
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
+        known = isinstance(e, (EbbError, OSError, ValueError)) or exit_code(e) != EXIT_ERROR
+        msg = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the message
+        if not known:
+            msg = f"unexpected {type(e).__name__}: {msg}" + ("" if args.debug else " (--debug shows the traceback)")
+        return _fail(msg, exit_code(e))
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -168,9 +194,9 @@ def _cmd_init(a) -> int:
     from ..storage.timemodel import TimeModel
 
     if a.layout == "doubly" and a.n is not None:
-        return _fail("--n is for wave indices; a doubly partitioned index takes --G and --E", EXIT_USAGE)
+        raise UsageError("--n is for wave indices; a doubly partitioned index takes --G and --E")
     if a.layout == "wave" and (a.G is not None or a.E is not None):
-        return _fail("--G/--E are for doubly partitioned indices; a wave index takes --n", EXIT_USAGE)
+        raise UsageError("--G/--E are for doubly partitioned indices; a wave index takes --n")
     tm = TimeModel.create(a.start, a.interval, a.max_lifetime)
     cfg = ArchiveConfig(
         layout=a.layout, partitioning=a.partitioning, split=a.split, G=a.G or 2, E=a.E or 2, n_wave=a.n or 4,
@@ -189,7 +215,7 @@ def _cmd_load(a) -> int:
     from ..storage.archive import Archive
 
     if not os.path.exists(a.input):
-        return _fail(f"input file {a.input} does not exist", EXIT_REJECTED)
+        raise RejectedBatch(f"input file {a.input} does not exist")
     with Archive(a.path) as arc:
         progress = None if a.quiet else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
         rec = arc.load_parquet(a.input, a.at, progress)
@@ -228,12 +254,12 @@ def _cmd_probe(a) -> int:
 
     if a.server is not None:
         if a.path is not None:
-            return _fail("give either PATH or --server URL, not both", EXIT_USAGE)
+            raise UsageError("give either PATH or --server URL, not both")
         from .serve_cmd import run_remote_probe
 
         return run_remote_probe(a)
     if a.path is None:
-        return _fail("probe needs PATH KEY (or --server URL KEY)", EXIT_USAGE)
+        raise UsageError("probe needs PATH KEY (or --server URL KEY)")
     with ArchiveReader(a.path, readonly=True) as r:
         schema = r.result_schema()
         if not len(schema):

@@ -1,4 +1,4 @@
-"""One module per query kind of SPEC section 4. Each ``results`` function turns event
+"""One module per query kind of docs/spec.md ("Windowed results"). Each ``results`` function turns event
 DataFrames (with chronon column ``__t``) into result rows ``key, ts, exp, payload...`` whose
 validity ``[ts, exp)`` follows Kraemer's time-interval semantics."""
 

@@ -8,25 +8,10 @@ Update pattern: weakest (every row lives a)."""
 
 from __future__ import annotations
 
-import re
-
 from pyspark.sql import functions as F
 
 from ..events import T, floor_div
-from ..jobspec import AGG_FUNCS, Job, JobError
-
-_AGG = re.compile(r"^\s*(\w+)\s*\(\s*(\*|[^()]+?)\s*\)\s*$")
-
-
-def check_aggregates(aggs: dict[str, str]) -> None:
-    if not aggs:
-        raise JobError("query.aggregates: give at least one, e.g. {n = \"count(*)\", mean = \"avg(value)\"}")
-    for name, expr in aggs.items():
-        m = _AGG.match(expr)
-        if not m or m.group(1).lower() not in AGG_FUNCS:
-            raise JobError(f"query.aggregates.{name}: {expr!r} is not one of {', '.join(f + '(column)' for f in AGG_FUNCS)}")
-        if m.group(2) == "*" and m.group(1).lower() != "count":
-            raise JobError(f"query.aggregates.{name}: only count takes *")
+from ..jobspec import Job, check_query
 
 
 def results(job: Job, inputs: dict, lo: int | None = None, hi: int | None = None):
@@ -36,9 +21,7 @@ def results(job: Job, inputs: dict, lo: int | None = None, hi: int | None = None
     df = inputs.get(w.source)
     if df is None:
         return None
-    check_aggregates(q.aggregates)
-    if q.key not in q.group_by:
-        raise JobError(f"query.key {q.key!r} must be one of query.group_by ({', '.join(q.group_by) or 'empty'})")
+    check_query(q)  # jobs built in code skip load_job
     a, r = w.slide, w.range
     if q.filter:
         df = df.filter(F.expr(q.filter))
