@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
             c.add_argument("path", nargs="?", help="archive directory (omit with --server)")
             c.add_argument("key", help="search key (parsed as the archive's key type)")
             c.add_argument("--to", metavar="KEY2", help="probe the inclusive range KEY..KEY2 instead of one key")
-            c.add_argument("--server", metavar="URL", help="ask an `ebb serve` process (e.g. grpc://127.0.0.1:8815) instead of opening PATH")
+            c.add_argument("--server", metavar="URL", help="ask an `ebb serve` process (grpc://HOST:PORT or HOST:PORT, e.g. 127.0.0.1:8815) instead of opening PATH")
             c.add_argument("--token", default=os.environ.get("EBB_FLIGHT_TOKEN"),
                            help="with --server: the server's token (default: $EBB_FLIGHT_TOKEN)")
         else:
@@ -299,11 +299,12 @@ def _cmd_stats(a) -> int:
         return 0
     c = s["config"]
     print(f"archive   {s['path']}")
-    print(f"layout    {s['layout']}, {c['mode']}, n={s['n']}")
+    print(f"layout    {s['layout']}, {c['mode']}; {s['n']} sub-indices")
     print(f"time      tau={c['tau']} Delta={c['delta']} S={c['max_lifetime']} p={s['p']}"
           + (f" ({c['time_unit']})" if c.get("time_unit") else ""))
-    print(f"state     {s['updates']} updates, last at {s['last_update_time']}; {s['records']} records, {_size(s['bytes'])}"
-          + (f"; bucket capacity {s['bucket_capacity']} B" if s["bucket_capacity"] else ""))
+    last = "no update yet" if s["last_update_time"] is None else f"last at T={s['last_update_time']}"
+    print(f"state     {s['updates']} updates, {last}; {s['records']} records, {_size(s['bytes'])}; "
+          f"{s.get('late_rows', 0)} late events dropped (by `ebb run`)")
     if s["schema"]:
         print(f"schema    {', '.join(s['schema'])}")
     print()

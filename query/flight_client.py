@@ -22,7 +22,20 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from ..storage.errors import UsageError
 from . import flight_protocol as proto
+
+
+def server_url(address: str) -> str:
+    """``grpc://HOST:PORT`` for an address given as a URL or as ``HOST:PORT`` (``[::1]:PORT``)."""
+    if "://" in address:
+        return address
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UsageError(f"server address {address!r} is neither grpc://HOST:PORT nor HOST:PORT")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # a bare IPv6 address
+    return f"grpc://{host}:{port}"
 
 
 def error_message(e: BaseException) -> str:
@@ -34,8 +47,8 @@ class FlightArchiveClient:
     """A connection to one ``ebb serve`` process (cheap to create; use one per thread)."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float | None = None):
-        self.url = url
-        self._client = flight.FlightClient(url)
+        self.url = server_url(url)
+        self._client = flight.FlightClient(self.url)
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self._options = flight.FlightCallOptions(timeout=timeout, headers=headers)
 
@@ -59,8 +72,8 @@ class FlightArchiveClient:
 
     def schema(self) -> pa.Schema:
         """The record schema (empty before the first load)."""
-        # from GetFlightInfo rather than GetSchema: pyarrow reports GetSchema's auth failures as a
-        # bare OSError instead of FlightUnauthenticatedError
+        # from GetFlightInfo rather than GetSchema: pyarrow's client reports every GetSchema
+        # failure (a missing token too) as a bare OSError instead of the Flight error class
         return self.flight_info().schema
 
     def flights(self) -> list[flight.FlightInfo]:

@@ -76,6 +76,8 @@ def decode(raw: bytes) -> ReadRequest:
         obj = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadRequest(f"ticket is not valid JSON ({e}); expected e.g. {{\"kind\": \"probe\", \"key\": 42}}") from None
+    except RecursionError:  # e.g. 30,000 nested arrays: json recurses once per level
+        raise BadRequest("ticket is nested too deeply; expected a flat JSON object such as {\"kind\": \"scan\"}") from None
     if not isinstance(obj, dict):
         raise BadRequest(f"ticket must be a JSON object, got {type(obj).__name__}")
     kind = obj.get("kind")

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from ..storage.archive import Archive
+from ..storage.errors import CorruptionError, EbbError, ReadError
 from ..storage.snapshot import Snapshot
 from . import flight_protocol as proto
 from .reader import ArchiveReader
@@ -64,23 +65,38 @@ class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):
 
 
 def _rpc(method: Callable) -> Callable:
-    """Maps exceptions to Flight errors: a client's mistake to FlightServerError with its message,
-    a server fault to FlightInternalError (traceback logged, not sent)."""
+    """Maps exceptions to Flight errors (see ``_flight_error``)."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except flight.FlightError:
-            raise
-        except (proto.BadRequest, ValueError) as e:
-            # ValueError is what the reader raises for an as_of before the last update
-            raise flight.FlightServerError(f"ebb: bad request: {e}") from None
         except Exception as e:
-            log.exception("ebb flight: %s failed", method.__name__)
-            raise flight.FlightInternalError(f"ebb: internal error in {method.__name__}: {type(e).__name__}: {e}") from None
+            raise _flight_error(e, method.__name__) from None
 
     return wrapper
+
+
+def _flight_error(e: Exception, where: str) -> flight.FlightError:
+    """The error a client gets for ``e``: a client's mistake is a FlightServerError with its
+    message; a fault of the archive or the server a FlightInternalError that names the problem
+    without a file path or a traceback (those are logged here, for the operator)."""
+    if isinstance(e, flight.FlightError):
+        return e
+    if isinstance(e, (proto.BadRequest, ValueError)) and not isinstance(e, EbbError) or isinstance(e, ReadError):
+        # ValueError is what the reader raises for an as_of before the last update
+        return flight.FlightServerError(f"ebb: bad request: {e}")
+    log.exception("ebb flight: %s failed", where)
+    if isinstance(e, FileNotFoundError):
+        what = "a data file of the archive has vanished"
+    elif isinstance(e, CorruptionError):
+        what = "the archive's data failed a checksum"
+    elif isinstance(e, OSError):
+        what = f"the archive's files cannot be read ({e.strerror or type(e).__name__})"
+    else:
+        what = f"{type(e).__name__}"
+    return flight.FlightInternalError(f"ebb: the server cannot answer ({where}): {what}; its operator should run "
+                                      "`ebb verify` on the archive (details are in the server's log)")
 
 
 def describe(snap: Snapshot, name: str) -> dict[str, Any]:
@@ -120,17 +136,17 @@ class ArchiveFlightServer(flight.FlightServerBase):
         self.archive = Archive(path, readonly=True)
         self.name = os.path.basename(self.archive.path.rstrip(os.sep))
         self.host = host
+        self.token_required = bool(token)
         middleware = {"auth": BearerTokenMiddlewareFactory(token)} if token else None
         try:
-            super().__init__(location=flight.Location.for_grpc_tcp(host, port), middleware=middleware)
+            super().__init__(location=flight.Location.for_grpc_tcp(_uri_host(host), port), middleware=middleware)
         except Exception:
             self.archive.close()
             raise
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"grpc://{host}:{self.port}"
+        return f"grpc://{_uri_host(self.host)}:{self.port}"
 
     def close(self) -> None:
         """Stops serving (waits for running calls) and closes the archive. Idempotent."""
@@ -212,6 +228,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
     def _info(self, descriptor: flight.FlightDescriptor, req: proto.ReadRequest) -> flight.FlightInfo:
         with self.archive.snapshot() as snap:
             info = describe(snap, self.name)
+            info["token_required"] = self.token_required
             schema = snap.schema if snap.schema is not None else pa.schema([])
             if snap.schema is not None and req.kind != "scan":
                 key_type = snap.schema.field(snap.config.key_column).type
@@ -226,6 +243,11 @@ class ArchiveFlightServer(flight.FlightServerBase):
                                  total_records=info["records"] if whole else -1,
                                  total_bytes=info["bytes"] if whole else -1,
                                  app_metadata=json.dumps(info).encode())
+
+
+def _uri_host(host: str) -> str:
+    """A host as it appears in a URI: IPv6 addresses in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _tagged(batches: Iterator[pa.RecordBatch], schema: pa.Schema, meta: bytes) -> Iterator:
@@ -243,7 +265,11 @@ def _tagged(batches: Iterator[pa.RecordBatch], schema: pa.Schema, meta: bytes) -
 
 
 def _closing(batches: Iterator[pa.RecordBatch], snap: Snapshot) -> Iterator[pa.RecordBatch]:
+    """Streams ``batches``, then closes ``snap``. A failure while streaming (after do_get
+    returned, so outside ``_rpc``) reaches the client as the same clean error."""
     try:
         yield from batches
+    except Exception as e:
+        raise _flight_error(e, "do_get") from None
     finally:
         snap.close()

@@ -13,6 +13,8 @@ import os
 import signal
 import sys
 
+from ..storage.errors import EbbError, UsageError
+
 TOKEN_ENV = "EBB_FLIGHT_TOKEN"  # lets scripts pass the token without showing it in `ps`
 
 DESCRIPTION = """\
@@ -27,7 +29,7 @@ answers stay exact while `ebb load` updates the archive from other processes; sc
 list_flights / get_flight_info describe the archive (schema, last update, sizes).
 
 With --token (or $EBB_FLIGHT_TOKEN) every call must send 'authorization: Bearer TOKEN'.
-Query it with `ebb probe --server grpc://HOST:PORT KEY` or ebb.query.flight_client.
+Query it with `ebb probe --server HOST:PORT KEY` (or grpc://HOST:PORT) or ebb.query.flight_client.
 """
 
 
@@ -35,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c = subparsers.add_parser("serve", help="serve an archive over Arrow Flight (probes and scans)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("path", help="archive directory")
-    c.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    c.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; :: or 0.0.0.0 for every interface)")
     c.add_argument("--port", type=int, default=8815, help="TCP port (default 8815; 0 picks a free port, printed at start)")
     c.add_argument("--token", default=os.environ.get(TOKEN_ENV),
                    help=f"require 'authorization: Bearer TOKEN' on every call (default: ${TOKEN_ENV}, else no token)")
@@ -51,16 +54,36 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Raises UsageError if ``host:port`` cannot be bound (gRPC would only say that the server
+    "did not start properly", after printing its own log lines)."""
+    import errno
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host.strip("[]"), port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise UsageError(f"port {port} on {host} is already in use (another `ebb serve`?); "
+                                 "choose another with --port, or --port 0 for a free one") from None
+            raise UsageError(f"cannot bind {host}:{port}: {e.strerror}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
     from .flight_server import ArchiveFlightServer
 
+    _check_port_free(args.host, args.port)
     try:
         server = ArchiveFlightServer(args.path, host=args.host, port=args.port, token=args.token or None)
-    except (pa.ArrowException, OSError) as e:
-        print(f"ebb: error: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
-        return 1
+    except pa.ArrowException as e:
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {' '.join(str(e).split())}") from None
     if not args.token and not _is_loopback(args.host):
         print(f"ebb: warning: serving on {args.host} without --token: anyone who can reach it can read the archive",
               file=sys.stderr)
@@ -94,6 +117,8 @@ def run_remote_probe(a: argparse.Namespace) -> int:
         with FlightArchiveClient(a.server, token=a.token or None) as c:
             fi = c.flight_info()
             info, schema = json.loads(fi.app_metadata), fi.schema
+            if a.token and info.get("token_required") is False:
+                print(f"ebb: warning: {c.url} needs no token; --token (or ${TOKEN_ENV}) was not used", file=sys.stderr)
             if not info["schema"]:
                 print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
                 return 0
@@ -101,9 +126,12 @@ def run_remote_probe(a: argparse.Namespace) -> int:
             lo = keycodec.parse(a.key, kt)
             t = c.probe_range(lo, keycodec.parse(a.to, kt), a.as_of) if a.to is not None else c.probe(lo, a.as_of)
     except flight.FlightError as e:
-        print(f"ebb: error: {a.server}: {error_message(e).removeprefix('ebb: ')}", file=sys.stderr)
-        return 1
+        raise RemoteError(f"{a.server}: {error_message(e).removeprefix('ebb: ')}") from None
     n = write(t.to_batches(), t.schema, a.format, a.out)
     if a.out or a.format == "table":
         print(f"{n} records", file=sys.stderr)
     return 0
+
+
+class RemoteError(EbbError):
+    """The server refused or failed a request, or could not be reached (exit code 1)."""
