@@ -59,8 +59,9 @@ WINDOW_FIELDS = ("source", "range", "slide", "rows", "partition_by", "landmark",
 QUERY_FIELDS = {
     "window": ("kind", "key", "select", "max_lifetime") + WINDOW_FIELDS,
     "distinct": ("kind", "key", "select", "max_lifetime") + WINDOW_FIELDS,
-    "aggregate": ("kind", "key", "group_by", "aggregates") + WINDOW_FIELDS,
-    "join": ("kind", "key", "left", "right", "on", "condition", "select", "filter", "max_lifetime"),
+    "aggregate": ("kind", "key", "group_by", "aggregates")
+                 + tuple(f for f in WINDOW_FIELDS if f not in ("lifetime", "lifetime_column")),
+    "join": ("kind", "key", "left", "right", "on", "condition", "select", "max_lifetime"),
     "lifetime": ("kind", "key", "sources", "source", "select", "filter", "max_lifetime"),
 }
 ARCHIVE_FIELDS = ("path", "layout", "partitioning", "split", "G", "E", "n", "mode", "interval", "start",
