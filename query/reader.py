@@ -1,8 +1,9 @@
-"""Probes and scans over one consistent snapshot, filtered to the records valid at ``as_of``.
+"""Probes and scans of an archive from Python, filtered to the records valid at ``as_of``.
 
-Every read opens a storage ``Snapshot`` (an LMDB read transaction plus file maps), so an update
-committing meanwhile is either wholly visible or not at all. Records are returned only if
-``ts <= as_of < exp``; buckets whose largest ``exp`` is <= as_of are skipped unread.
+A thin layer over storage's read planning: every read opens (or is given) one snapshot, asks
+it for a plan (``Snapshot.plan``) and executes the plan's tasks (``Snapshot.read``), exactly as
+the Flight server and the Spark source do. Probe and range results are ordered by
+(key, exp, ts); scans stream sub-index by sub-index in file order.
 """
 
 from __future__ import annotations
@@ -13,34 +14,35 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..storage.archive import Archive
-from ..storage.directory import Entries
-from ..storage.schema import INS_SLOT
+from ..storage.read_plan import KeyRange, Probe, ReadTask, Scan
 from ..storage.snapshot import Snapshot
-
-SCAN_CHUNK_BYTES = 32 << 20
 
 
 @dataclass
 class ReadStats:
-    """What reads through one ArchiveReader have touched so far."""
+    """What reads through one ArchiveReader have planned so far."""
 
     subindices_read: set[int] = field(default_factory=set)  # 1-based
-    buckets_read: int = 0
+    blocks_read: int = 0
     bytes_read: int = 0
 
+    def count(self, task: ReadTask) -> None:
+        self.subindices_read.add(task.subindex + 1)
+        self.blocks_read += int(task.blocks.size)
+        self.bytes_read += task.bytes
+
     def to_dict(self) -> dict:
-        return {"subindices_read": sorted(self.subindices_read), "buckets_read": self.buckets_read, "bytes_read": self.bytes_read}
+        return {"subindices_read": sorted(self.subindices_read), "blocks_read": self.blocks_read, "bytes_read": self.bytes_read}
 
 
 class ArchiveReader:
-    """Read-only access to an archive: ``probe``, ``probe_range``, ``scan`` and ``stats``."""
+    """Read access to an archive: ``probe``, ``probe_range``, ``scan`` and ``stats``."""
 
-    def __init__(self, path_or_archive: str | Archive, readonly: bool = False):
-        """``readonly`` (with a path): open without write access, so opening never waits for
-        an update in progress elsewhere; use it in processes that only read."""
+    def __init__(self, path_or_archive: str | Archive, readonly: bool = True):
+        """With a path, the archive is opened read-only (never waiting for a writer) unless
+        ``readonly=False``; with an ``Archive``, that archive is used as it is."""
         self._own = not isinstance(path_or_archive, Archive)
         self.archive = Archive(path_or_archive, readonly=readonly) if self._own else path_or_archive
         self.io = ReadStats()
@@ -55,7 +57,6 @@ class ArchiveReader:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- public reads ---------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """A snapshot to pass to several reads so that they see one committed state (and so that
         the caller knows which one: ``snap.state.update_seq``). The caller closes it."""
@@ -63,32 +64,26 @@ class ArchiveReader:
 
     def probe(self, key, as_of: int | None = None, subindices: list[int] | None = None,
               snapshot: Snapshot | None = None) -> pa.Table:
-        """Records with this key valid at ``as_of`` (default: the last update's time).
-        ``snapshot``: read that committed state (left open) instead of a new one."""
-        with self._use(snapshot) as snap:
-            t = snap.check_as_of(as_of)
-            return self._collect(snap, t, lambda i: snap.entries(i, key, point=True), subindices)
+        """Records with this key valid at ``as_of`` (default: the last update's time)."""
+        return self._collect(Probe((key,)), as_of, subindices, snapshot)
 
     def probe_range(self, lo, hi, as_of: int | None = None, subindices: list[int] | None = None,
                     snapshot: Snapshot | None = None) -> pa.Table:
         """Records with lo <= key <= hi valid at ``as_of``. Either bound may be None (open)."""
-        with self._use(snapshot) as snap:
-            t = snap.check_as_of(as_of)
-            return self._collect(snap, t, lambda i: snap.entries(i, lo, hi), subindices)
+        return self._collect(KeyRange(lo, hi), as_of, subindices, snapshot)
 
     def scan(self, as_of: int | None = None, subindices: list[int] | None = None,
              snapshot: Snapshot | None = None) -> Iterator[pa.RecordBatch]:
-        """Streams every record valid at ``as_of`` as record batches, sub-index by sub-index
-        in file order. A snapshot this call opens stays open until the iterator is exhausted or
-        closed; a ``snapshot`` passed in is left open for its owner to close."""
+        """Streams every record valid at ``as_of``. A snapshot this call opens stays open until
+        the iterator is exhausted or closed; a ``snapshot`` passed in is left open."""
         snap = snapshot if snapshot is not None else self.archive.snapshot()
         try:
-            t = snap.check_as_of(as_of)
-        except Exception:
+            tasks = snap.plan(Scan(), as_of, subindices)
+        except BaseException:
             if snapshot is None:
                 snap.close()
             raise
-        return self._scan(snap, t, subindices, close=snapshot is None)
+        return self._stream(snap, tasks, close=snapshot is None)
 
     def scan_table(self, as_of: int | None = None, subindices: list[int] | None = None) -> pa.Table:
         """``scan`` collected into one table."""
@@ -105,60 +100,42 @@ class ArchiveReader:
     # -- internals ------------------------------------------------------------------------------
     @contextmanager
     def _use(self, snapshot: Snapshot | None) -> Iterator[Snapshot]:
-        """The caller's snapshot (left open), or a new one closed after the read."""
         if snapshot is not None:
             yield snapshot
             return
         with self.archive.snapshot() as snap:
             yield snap
 
-    def _targets(self, snap: Snapshot, subindices: list[int] | None) -> list[int]:
-        if snap.schema is None:
-            return []
-        return [i for i in (range(snap.n) if subindices is None else subindices) if snap.state.subindices[i].records]
+    def _collect(self, request, as_of, subindices, snapshot) -> pa.Table:
+        with self._use(snapshot) as snap:
+            tasks = snap.plan(request, as_of, subindices)
+            if snap.schema is None:
+                return pa.table({})
+            batches = []
+            for task in tasks:
+                self.io.count(task)
+                batches += snap.read(task)
+            table = pa.Table.from_batches(batches, schema=snap.schema)
+            return _ordered(table, snap.config.key_column, snap.config.exp_column, snap.config.ts_column)
 
-    def _live(self, entries: Entries, t: int) -> np.ndarray:
-        d = entries.descs
-        return d[d["max_exp"] > t]
-
-    def _read_valid(self, snap: Snapshot, i: int, descs: np.ndarray, t: int) -> pa.Table:
-        self.io.subindices_read.add(i + 1)
-        self.io.buckets_read += int(descs.size)
-        self.io.bytes_read += int(descs["nbytes"].sum())
-        rows = snap.read(i, descs)
-        ts, exp = rows.column(snap.config.ts_column), rows.column(snap.config.exp_column)
-        valid = pc.and_(pc.less_equal(ts, t), pc.greater(exp, t))
-        return rows.filter(valid).drop_columns([INS_SLOT])
-
-    def _collect(self, snap: Snapshot, t: int, entries_of, subindices) -> pa.Table:
-        parts = []
-        for i in self._targets(snap, subindices):
-            descs = self._live(entries_of(i), t)
-            self.io.subindices_read.add(i + 1)
-            if descs.size:
-                parts.append(self._read_valid(snap, i, descs, t))
-        if not parts:
-            return self.result_schema().empty_table() if snap.schema is not None else pa.table({})
-        return pa.concat_tables(parts).cast(snap.schema)
-
-    def _scan(self, snap: Snapshot, t: int, subindices, close: bool = True) -> Iterator[pa.RecordBatch]:
+    def _stream(self, snap: Snapshot, tasks: list[ReadTask], close: bool) -> Iterator[pa.RecordBatch]:
         try:
-            for i in self._targets(snap, subindices):
-                descs = self._live(snap.entries(i), t)
-                if not descs.size:
-                    continue
-                descs = descs[np.argsort(descs["loc"], kind="stable")]  # file order: sequential reads (locs are unique)
-                ends = np.cumsum(descs["nbytes"].astype(np.int64))
-                cuts = np.searchsorted(ends, np.arange(SCAN_CHUNK_BYTES, int(ends[-1]), SCAN_CHUNK_BYTES), side="right")
-                edges = np.unique(np.concatenate([[0], cuts, [descs.size]])).tolist()
-                for a, b in zip(edges[:-1], edges[1:]):
-                    chunk = descs[a:b]
-                    # the map is advised random-access (for probes): ask for this chunk's pages ahead
-                    snap.file(i).prefetch(int(chunk["loc"][0]), int(chunk["loc"][-1] + chunk["nbytes"][-1]))
-                    part = self._read_valid(snap, i, chunk, t).cast(snap.schema)
-                    for batch in part.to_batches():
-                        if batch.num_rows:
-                            yield batch
+            for task in tasks:
+                self.io.count(task)
+                yield from snap.read(task)
         finally:
             if close:
                 snap.close()
+
+
+def _ordered(table: pa.Table, key: str, exp: str, ts: str) -> pa.Table:
+    """``table`` ordered by (key, exp, ts)."""
+    if table.num_rows < 2:
+        return table
+    k = table.column(key)
+    if pa.types.is_integer(k.type):
+        order = np.lexsort([table.column(ts).to_numpy(), table.column(exp).to_numpy(), k.to_numpy()])
+        if (np.diff(order) == 1).all():
+            return table
+        return table.take(pa.array(order))
+    return table.sort_by([(key, "ascending"), (exp, "ascending"), (ts, "ascending")])

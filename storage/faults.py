@@ -1,9 +1,14 @@
-"""Named crash points for fault-injection tests (LevelDB's fault_injection_test, for ebb).
+"""Fault injection for tests (LevelDB's fault_injection_test and FaultInjectionTestEnv, for ebb).
 
-``crash_point(name)`` does nothing unless the environment variable ``EBB_CRASH_AT`` is
-``name`` or ``name:k``; then the k-th time (default 1st) the process reaches that point it
-kills itself with SIGKILL, as a power cut or ``kill -9`` would. The points are listed in
-``POINTS`` and in docs/format.md.
+Crash points: ``crash_point(name)`` does nothing unless armed. With the environment variable
+``EBB_CRASH_AT=name[:k]`` the k-th arrival (default the 1st) kills the process with SIGKILL, as
+``kill -9`` would. In-process, ``arm(name, k)`` makes it raise ``SimulatedCrash`` instead; the
+update code lets that exception through without cleaning up, as a real crash would.
+
+``FaultInjectionFS`` replaces ``files.FS`` and remembers, for every data file, how much of it
+has been fsync'd and whether its directory entry has been. ``drop_unsynced`` then does what a
+power cut does to the page cache: files shrink to their synced length and files whose creation
+was never made durable disappear.
 """
 
 from __future__ import annotations
@@ -11,28 +16,85 @@ from __future__ import annotations
 import os
 import signal
 
+from . import files
+
 POINTS = (
     "update.validated",  # batch checked, nothing written yet
-    "rebuild.chunk_written",  # a chunk of a new Rebuild file written, not yet fsync'd
-    "rebuild.file_synced",  # new Rebuild file durable, directory not yet rewritten
-    "norebuild.slots_written",  # new NoRebuild buckets durable in free slots
-    "update.subindex_done",  # one sub-index's directory rewritten inside the transaction
-    "update.before_commit",  # everything written, transaction not committed
-    "update.after_commit",  # committed, replaced files not yet deleted
-    "gc.file_removed",  # one replaced file deleted, garbage list not yet updated
+    "run.block_written",  # a block of a new run written, not yet fsync'd
+    "update.runs_written",  # every new run durable, metadata not yet written
+    "update.before_commit",  # metadata written in the transaction, not committed
+    "update.after_commit",  # committed, replaced files not yet collected
+    "gc.file_removed",  # one replaced file deleted or punched, garbage list not yet updated
 )
+
+
+class SimulatedCrash(BaseException):
+    """Raised by an armed crash point in-process. A BaseException, so that no ``except
+    Exception`` handler treats it as an ordinary error."""
+
 
 _spec = os.environ.get("EBB_CRASH_AT", "")
 _name, _, _nth = _spec.partition(":")
 _remaining = int(_nth) if _nth else 1
-_armed = bool(_name)
+_kill = bool(_name)
+
+
+def arm(name: str | None, nth: int = 1) -> None:
+    """Makes the ``nth`` arrival at crash point ``name`` raise SimulatedCrash (None disarms)."""
+    global _name, _remaining, _kill
+    _name, _remaining, _kill = (name or ""), nth, False
 
 
 def crash_point(name: str) -> None:
-    """Kills the process here if EBB_CRASH_AT selects this point (see module docstring)."""
+    """Crashes here if armed for this point (see the module docstring)."""
     global _remaining
-    if not _armed or name != _name:
+    if name != _name or not _name:
         return
     _remaining -= 1
     if _remaining == 0:
-        os.kill(os.getpid(), signal.SIGKILL)
+        if _kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise SimulatedCrash(name)
+
+
+class _TrackedFile(files.WritableFile):
+    def __init__(self, path: str, fs: "FaultInjectionFS"):
+        super().__init__(path)
+        self._fs = fs
+        fs.synced_size[path] = 0
+        fs.unsynced_create.add(path)
+
+    def sync(self) -> None:
+        super().sync()
+        self._fs.synced_size[self.path] = self.size
+
+
+class FaultInjectionFS(files.FileSystem):
+    """A FileSystem that can forget every write that was not made durable."""
+
+    def __init__(self):
+        self.synced_size: dict[str, int] = {}
+        self.unsynced_create: set[str] = set()
+
+    def create(self, path: str) -> files.WritableFile:
+        return _TrackedFile(path, self)
+
+    def sync_dir(self, path: str) -> None:
+        super().sync_dir(path)
+        d = os.path.abspath(path)
+        self.unsynced_create = {p for p in self.unsynced_create if os.path.dirname(os.path.abspath(p)) != d}
+
+    def drop_unsynced(self) -> list[str]:
+        """Undoes what a power cut would lose; returns what it did."""
+        done = []
+        for path, size in self.synced_size.items():
+            if path in self.unsynced_create:
+                if os.path.exists(path):
+                    os.remove(path)
+                    done.append(f"removed {os.path.basename(path)} (directory entry never synced)")
+            elif os.path.exists(path) and os.path.getsize(path) > size:
+                os.truncate(path, size)
+                done.append(f"truncated {os.path.basename(path)} to its synced {size} bytes")
+        self.synced_size.clear()
+        self.unsynced_create.clear()
+        return done

@@ -1,63 +1,172 @@
-"""Names and durable writes of the archive's files (docs/format.md lists them all)."""
+"""The archive's files: names, durable writes, and reads with the I/O each access pattern needs.
+
+Writes of data files go through ``FS`` (a ``FileSystem``), so that tests can swap in
+``faults.FaultInjectionFS``, which forgets every write not yet fsync'd when it simulates a crash.
+Reads use ``pread`` into fresh buffers that decoded blocks then view without copying: probes
+read exactly their blocks with read-ahead off (``POSIX_FADV_RANDOM``); scans and updates read
+large contiguous spans with read-ahead on (``POSIX_FADV_SEQUENTIAL``).
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import fcntl
-import mmap
 import os
 import re
+import secrets
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator
 
-import numpy as np
+import pyarrow as pa
+
+from .errors import CorruptionError
 
 MARKER = "EBB"  # identifies an archive directory; holds the format version
 LOCK = "LOCK"  # flock'd by the one process that may update the archive
-INDEX_DIR = "index"  # the LMDB environment
-DATA_DIR = "data"  # bucket files
+INDEX_DIR = "index"  # the LMDB environment (commit metadata)
+DATA_DIR = "data"  # run files
 
-_RB = re.compile(r"^I(\d{4})-(\d{6})\.rb$")
-_NR = re.compile(r"^I(\d{4})\.nr$")
-
-
-def rebuild_file(i: int, generation: int) -> str:
-    """Rebuild bucket file of sub-index i (0-based; shown as I{i+1})."""
-    return f"I{i + 1:04d}-{generation:06d}.rb"
+_RUN = re.compile(r"^I(\d{4})-(\d{8})-([0-9a-f]{8})\.run$")
 
 
-def norebuild_file(i: int) -> str:
-    """NoRebuild slot file of sub-index i (0-based)."""
-    return f"I{i + 1:04d}.nr"
+def run_file_name(i: int, seq: int) -> str:
+    """A new, unique run file name for sub-index i (0-based, shown as I{i+1}) written by
+    update ``seq``. The random part keeps names of concurrent or retried writers apart."""
+    return f"I{i + 1:04d}-{seq:08d}-{secrets.token_hex(4)}.run"
 
 
-def parse_data_file(name: str) -> tuple[str, int, int] | None:
-    """("rb", i, generation) or ("nr", i, 0) for a data file name, else None."""
-    m = _RB.match(name)
-    if m:
-        return ("rb", int(m.group(1)) - 1, int(m.group(2)))
-    m = _NR.match(name)
-    if m:
-        return ("nr", int(m.group(1)) - 1, 0)
-    return None
+def parse_run_file(name: str) -> int | None:
+    """The 0-based sub-index of a run file name, or None if ``name`` is not one."""
+    m = _RUN.match(name)
+    return int(m.group(1)) - 1 if m else None
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+# -- writing ------------------------------------------------------------------------------------
+class WritableFile:
+    """A new file written front to back. ``sync`` makes what was written durable."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self.size = 0
+
+    def write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.write(self._fd, view[done:])
+        self.size += done
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
-def write_all(fd: int, data: np.ndarray | bytes, offset: int) -> int:
-    """pwrite until every byte is written; returns bytes written."""
-    view = memoryview(data).cast("B")
+class FileSystem:
+    """The data-file operations of updates, recovery and garbage collection."""
+
+    def create(self, path: str) -> WritableFile:
+        return WritableFile(path)
+
+    def sync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def remove(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+    def punch_hole(self, path: str, offset: int, length: int) -> None:
+        """Frees the disk space of [offset, offset + length) (reads of it then return zeros);
+        a no-op where the file system cannot."""
+        if length <= 0 or _fallocate is None:
+            return
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            _fallocate(fd, _PUNCH_HOLE | _KEEP_SIZE, ctypes.c_int64(offset), ctypes.c_int64(length))
+        finally:
+            os.close(fd)
+
+
+_PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01
+try:
+    _fallocate = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).fallocate
+    _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+except (OSError, AttributeError):
+    _fallocate = None
+
+FS = FileSystem()
+
+
+def write_durably(path: str, data: bytes) -> None:
+    """Writes a small file atomically (temporary name, fsync, rename, fsync of the directory)."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    FS.sync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+# -- reading ------------------------------------------------------------------------------------
+def read_exact(fd: int, offset: int, length: int, what: str) -> pa.Buffer:
+    """``length`` bytes at ``offset`` in a fresh buffer; CorruptionError if the file is short."""
+    buf = pa.allocate_buffer(length)
+    view = memoryview(buf)
     done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
-    return done
+    while done < length:
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
+            raise CorruptionError(f"{what}: file ends at byte {offset + done}, its descriptor needs {offset + length}")
+        done += got
+    return buf
 
 
+class OpenFiles:
+    """Read-only descriptors of run files, kept open and reused (run files never change once
+    written, and their names are never reused). At most ``limit`` stay open."""
+
+    def __init__(self, data_dir: str, limit: int = 256):
+        self.data_dir = data_dir
+        self.limit = limit
+        self._fds: OrderedDict[tuple[str, bool], int] = OrderedDict()
+
+    def fd(self, name: str, sequential: bool) -> int:
+        """A descriptor of data file ``name``, advised for sequential or random reads."""
+        key = (name, sequential)
+        fd = self._fds.get(key)
+        if fd is not None:
+            self._fds.move_to_end(key)
+            return fd
+        try:
+            fd = os.open(os.path.join(self.data_dir, name), os.O_RDONLY)
+        except FileNotFoundError:
+            raise CorruptionError(f"data file {name} is missing") from None
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL if sequential else os.POSIX_FADV_RANDOM)
+        self._fds[key] = fd
+        while len(self._fds) > self.limit:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+# -- locks --------------------------------------------------------------------------------------
 class LockHeld(Exception):
     """Another process holds an exclusive lock file."""
 
@@ -75,39 +184,3 @@ def exclusive_lock(path: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-class MappedFile:
-    """A read-only memory map of a bucket file, exposed as a numpy uint8 array.
-
-    The map is advised MADV_RANDOM: a probe faults in only the pages of its buckets instead of
-    the device's read-ahead window around each (megabytes per sub-index). Sequential readers
-    call ``prefetch`` on the range they are about to read. ``close`` releases the mapping;
-    callers must not keep views of ``array`` past it (the codec copies what it decodes)."""
-
-    def __init__(self, path: str):
-        self._fd = os.open(path, os.O_RDONLY)
-        size = os.fstat(self._fd).st_size
-        self._mm = mmap.mmap(self._fd, size, prot=mmap.PROT_READ) if size else None
-        if self._mm is not None and hasattr(mmap, "MADV_RANDOM"):
-            self._mm.madvise(mmap.MADV_RANDOM)
-        self.array = np.frombuffer(self._mm, dtype=np.uint8) if self._mm else np.zeros(0, np.uint8)
-
-    def prefetch(self, start: int, end: int) -> None:
-        """Asks the kernel to read [start, end) ahead (a scan's next chunk)."""
-        if self._mm is None or not hasattr(mmap, "MADV_WILLNEED") or end <= start:
-            return
-        lo = start - start % mmap.PAGESIZE
-        self._mm.madvise(mmap.MADV_WILLNEED, lo, min(end, len(self._mm)) - lo)
-
-    def close(self) -> None:
-        self.array = None
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except BufferError:
-                pass  # a view is still alive (e.g. in a traceback); the map closes when it is freed
-            self._mm = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1

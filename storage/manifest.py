@@ -1,8 +1,18 @@
-"""The manifest: the archive's configuration, schema and current state, kept in LMDB.
+"""The commit metadata: configuration, schema, the current version and the update log, in LMDB.
 
-Everything a reader needs to interpret the bucket files lives in the ``meta`` database and
-changes only inside an update's write transaction, so the transaction commit is the single
-point at which an update becomes visible (docs/format.md, "Commit protocol").
+Everything a reader needs to find records lives here and changes only inside an update's LMDB
+write transaction, whose commit is the single point at which an update happens. Every value is
+sealed (``checksum.seal``), so damage reads as a ``CorruptionError``, never as a wrong answer.
+
+Keys (one LMDB database):
+
+    config          ArchiveConfig (JSON), written once by ``ebb init``
+    schema          the archive's Arrow schema (IPC), written by the first load
+    state           ArchiveState (JSON): last slot, update count, and the live runs of each sub-index
+    run/NAME        the RunDescriptor of run file NAME
+    garbage         files and file prefixes replaced by committed updates, not yet reclaimed
+    ext/NAME        a producer's progress record, committed with the update it describes
+    upd/SEQ         the UpdateRecord of update SEQ (8 bytes big-endian)
 """
 
 from __future__ import annotations
@@ -11,162 +21,176 @@ import json
 from dataclasses import asdict, dataclass, field
 
 import lmdb
-import numpy as np
 import pyarrow as pa
 
-from .layout import Layout
-from .schema import schema_from_bytes, schema_to_bytes
-from .timemodel import TimeModel
+from .checksum import seal, unseal
+from .config import ArchiveConfig
+from .errors import ArchiveError
+from .run_descriptor import RunDescriptor
 
-FORMAT_VERSION = 1
-
-META_DB = b"meta"
-UPDATES_DB = b"updates"
-
-FREE = np.dtype([("slot", "<u8"), ("txn", "<u8")])  # a free NoRebuild slot and the txn that freed it
+FORMAT_VERSION = 2
 
 
-@dataclass(frozen=True)
-class ArchiveConfig:
-    """What ``ebb init`` fixes for the life of an archive."""
+@dataclass
+class LiveRun:
+    """A run of a sub-index in the committed state: blocks ``first_live`` .. end are live."""
 
-    layout: str  # "doubly" | "wave"
-    partitioning: str  # doubly: round-robin | chronological | random
-    split: str  # wave: insertion | expiration
-    G: int
-    E: int
-    n_wave: int
-    mode: str  # "rebuild" | "norebuild"
-    tau: int
-    delta: int
-    max_lifetime: int  # S, rounded up to a multiple of delta
-    key_column: str = "key"
-    ts_column: str = "ts"
-    exp_column: str = "exp"
-    accept_overlong: bool = False
-    bucket_capacity: int | None = None  # NoRebuild slot size in bytes; None = size at first load
-    seed: int = 0
-    time_unit: str | None = None  # informational: what one chronon is
-
-    @property
-    def time(self) -> TimeModel:
-        return TimeModel(self.tau, self.delta, self.max_lifetime)
-
-    @property
-    def layout_obj(self) -> Layout:
-        return Layout(
-            kind=self.layout, p=self.time.p, G=self.G, E=self.E, partitioning=self.partitioning,
-            split=self.split, n_wave=self.n_wave, seed=self.seed,
-        )
-
-    @property
-    def n(self) -> int:
-        return self.layout_obj.n
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+    name: str
+    first_live: int
+    records: int
+    bytes: int
+    blocks: int
+    min_exp: int
+    max_exp: int
 
     @staticmethod
-    def from_json(data: bytes) -> "ArchiveConfig":
-        return ArchiveConfig(**json.loads(data))
+    def of(desc: RunDescriptor, first_live: int) -> "LiveRun | None":
+        """The live part of ``desc`` from block ``first_live`` on, or None if nothing is left."""
+        b = desc.blocks[first_live:]
+        if b.size == 0:
+            return None
+        return LiveRun(desc.name, first_live, int(b["rows"].sum()), int(b["length"].sum()), int(b.size),
+                       int(b["min_exp"].min()), int(b["max_exp"].max()))
 
 
 @dataclass
 class SubIndexState:
-    """Size and files of one sub-index in the committed state."""
+    runs: list[LiveRun] = field(default_factory=list)
 
-    records: int = 0
-    bytes: int = 0
-    buckets: int = 0
-    min_exp: int | None = None
-    max_exp: int | None = None
-    generation: int = 0  # Rebuild: the current file is I{i}-{generation}.rb (0 = no file yet)
-    slots: int = 0  # NoRebuild: high-water mark of the slot file, in slots
+    @property
+    def records(self) -> int:
+        return sum(r.records for r in self.runs)
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.runs)
+
+    @property
+    def blocks(self) -> int:
+        return sum(r.blocks for r in self.runs)
+
+    @property
+    def min_exp(self) -> int | None:
+        return min((r.min_exp for r in self.runs), default=None)
+
+    @property
+    def max_exp(self) -> int | None:
+        return max((r.max_exp for r in self.runs), default=None)
 
 
 @dataclass
 class ArchiveState:
-    """The mutable part of the manifest, rewritten by every update."""
+    """The version: rewritten by every update."""
 
     last_slot: int | None = None  # slot of the last update; None before the first load
     update_seq: int = 0  # number of committed updates
-    bucket_capacity: int | None = None  # NoRebuild slot size, once known
     late_rows: int = 0
     subindices: list[SubIndexState] = field(default_factory=list)
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
 
     @staticmethod
     def from_json(data: bytes) -> "ArchiveState":
         d = json.loads(data)
-        d["subindices"] = [SubIndexState(**s) for s in d["subindices"]]
+        d["subindices"] = [SubIndexState([LiveRun(**r) for r in s["runs"]]) for s in d["subindices"]]
         return ArchiveState(**d)
 
 
-def read_config(txn: lmdb.Transaction, meta) -> ArchiveConfig:
-    return ArchiveConfig.from_json(txn.get(b"config", db=meta))
+def _get(txn: lmdb.Transaction, key: bytes, tag: bytes, what: str, required: bool = True) -> memoryview | None:
+    raw = txn.get(key)
+    if raw is None:
+        if required:
+            raise ArchiveError(f"the archive's metadata has no {what}: it is damaged or was not created by ebb")
+        return None
+    return unseal(tag, raw, what)
 
 
-def read_state(txn: lmdb.Transaction, meta) -> ArchiveState:
-    return ArchiveState.from_json(txn.get(b"state", db=meta))
+def read_config(txn) -> ArchiveConfig:
+    return ArchiveConfig.from_json(bytes(_get(txn, b"config", b"CONF", "configuration")))
 
 
-def write_state(txn: lmdb.Transaction, meta, state: ArchiveState) -> None:
-    txn.put(b"state", state.to_json(), db=meta)
+def write_config(txn, cfg: ArchiveConfig) -> None:
+    txn.put(b"config", seal(b"CONF", cfg.to_json()))
 
 
-def read_schema(txn: lmdb.Transaction, meta) -> pa.Schema | None:
-    raw = txn.get(b"schema", db=meta)
-    return schema_from_bytes(raw) if raw else None
+def read_state_bytes(txn) -> bytes:
+    """The sealed state value as stored (a cache key for the parsed state)."""
+    raw = txn.get(b"state")
+    if raw is None:
+        raise ArchiveError("the archive's metadata has no state: it is damaged or was not created by ebb")
+    return bytes(raw)
 
 
-def write_schema(txn: lmdb.Transaction, meta, schema: pa.Schema) -> None:
-    txn.put(b"schema", schema_to_bytes(schema), db=meta)
+def parse_state(raw: bytes) -> ArchiveState:
+    return ArchiveState.from_json(bytes(unseal(b"STAT", raw, "archive state")))
 
 
-def read_free(txn: lmdb.Transaction, meta, i: int) -> np.ndarray:
-    raw = txn.get(b"free.%04d" % i, db=meta)
-    return np.frombuffer(raw, dtype=FREE).copy() if raw else np.zeros(0, FREE)
+def read_state(txn) -> ArchiveState:
+    return parse_state(read_state_bytes(txn))
 
 
-def write_free(txn: lmdb.Transaction, meta, i: int, free: np.ndarray) -> None:
-    txn.put(b"free.%04d" % i, np.ascontiguousarray(free, dtype=FREE).tobytes(), db=meta)
+def write_state(txn, state: ArchiveState) -> None:
+    txn.put(b"state", seal(b"STAT", state.to_json()))
 
 
-def read_garbage(txn: lmdb.Transaction, meta) -> list[list]:
-    """Files replaced by committed updates, as [name, txn that replaced them]."""
-    raw = txn.get(b"garbage", db=meta)
-    return json.loads(raw) if raw else []
+def read_schema(txn) -> pa.Schema | None:
+    raw = _get(txn, b"schema", b"SCHM", "schema", required=False)
+    return None if raw is None else pa.ipc.read_schema(pa.py_buffer(bytes(raw)))
 
 
-def write_garbage(txn: lmdb.Transaction, meta, garbage: list[list]) -> None:
-    txn.put(b"garbage", json.dumps(garbage).encode(), db=meta)
+def write_schema(txn, schema: pa.Schema) -> None:
+    txn.put(b"schema", seal(b"SCHM", schema.serialize().to_pybytes()))
 
 
-def read_checkpoint(txn: lmdb.Transaction, meta, name: str) -> bytes | None:
+def read_run(txn, name: str) -> RunDescriptor:
+    raw = txn.get(b"run/" + name.encode())
+    if raw is None:
+        raise ArchiveError(f"the archive's metadata has no descriptor for run {name}: it is damaged")
+    return RunDescriptor.from_bytes(raw, f"descriptor of run {name}")
+
+
+def write_run(txn, desc: RunDescriptor) -> None:
+    txn.put(b"run/" + desc.name.encode(), desc.to_bytes())
+
+
+def delete_run(txn, name: str) -> None:
+    txn.delete(b"run/" + name.encode())
+
+
+def read_garbage(txn) -> list[list]:
+    """Space replaced by committed updates: [file name, txn that replaced it, end or None]; end
+    is the byte offset below which the file's blocks are dead (None: the whole file)."""
+    raw = _get(txn, b"garbage", b"GARB", "garbage list", required=False)
+    return json.loads(bytes(raw)) if raw is not None else []
+
+
+def write_garbage(txn, garbage: list[list]) -> None:
+    txn.put(b"garbage", seal(b"GARB", json.dumps(garbage).encode()))
+
+
+def read_checkpoint(txn, name: str) -> bytes | None:
     """A producer's progress record (e.g. the scheduler's), committed with its last update."""
-    return txn.get(b"ext/" + name.encode(), db=meta)
+    raw = _get(txn, b"ext/" + name.encode(), b"EXTN", f"checkpoint {name!r}", required=False)
+    return None if raw is None else bytes(raw)
 
 
-def write_checkpoint(txn: lmdb.Transaction, meta, name: str, value: bytes) -> None:
-    txn.put(b"ext/" + name.encode(), value, db=meta)
+def write_checkpoint(txn, name: str, value: bytes) -> None:
+    txn.put(b"ext/" + name.encode(), seal(b"EXTN", value))
 
 
-def append_update_record(txn: lmdb.Transaction, updates, seq: int, record: dict) -> None:
-    txn.put(seq.to_bytes(8, "big"), json.dumps(record).encode(), db=updates)
+def append_update_record(txn, seq: int, record: dict) -> None:
+    txn.put(b"upd/" + seq.to_bytes(8, "big"), seal(b"UPDT", json.dumps(record).encode()))
 
 
-def read_update_records(txn: lmdb.Transaction, updates, last: int | None = None) -> list[dict]:
+def read_update_records(txn, last: int | None = None) -> list[dict]:
     """The update log, oldest first (the last ``last`` records if given)."""
-    cur = txn.cursor(updates)
+    cur = txn.cursor()
     out = []
-    if last is not None:
-        if not cur.last():
-            return []
-        for _, v in cur.iterprev(keys=True, values=True):
-            out.append(json.loads(v))
-            if len(out) >= last:
-                break
-        return out[::-1]
-    return [json.loads(v) for _, v in cur.iternext(keys=True, values=True)]
+    if not cur.set_range(b"upd/"):
+        return out
+    for k, v in cur.iternext():
+        if not k.startswith(b"upd/"):
+            break
+        out.append(json.loads(bytes(unseal(b"UPDT", v, f"update record {int.from_bytes(k[4:], 'big')}"))))
+    return out if last is None else out[-last:] if last else []

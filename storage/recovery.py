@@ -1,10 +1,11 @@
-"""Crash recovery and garbage collection of bucket files.
+"""Crash recovery and reclaiming replaced space.
 
-Nothing needs replaying after a crash: an update becomes visible only when its LMDB
-transaction commits. What a crashed update may leave behind is unreferenced space: new Rebuild
-files that were never committed, and NoRebuild slot files grown past their committed size.
-``recover`` removes both; it runs under the writer lock before every update.
-``collect_garbage`` deletes files replaced by committed updates once no reader can see them.
+Nothing needs replaying after a crash: an update becomes visible only when its LMDB transaction
+commits, and every file it references was made durable before that. What a crashed or failed
+update (or a Spark task whose output was never committed) may leave is run files that no
+committed version references; ``recover`` deletes them. It runs under the writer lock before
+every update. ``collect_garbage`` reclaims runs and run prefixes replaced by committed updates
+once no reader's version can reference them.
 """
 
 from __future__ import annotations
@@ -13,58 +14,49 @@ import os
 
 import lmdb
 
+from . import files
 from .faults import crash_point
-from .files import norebuild_file, parse_data_file, rebuild_file
 from .lmdb_env import oldest_reader_txn
-from .manifest import read_config, read_garbage, read_state, write_garbage
+from .manifest import read_garbage, read_state, write_garbage
 
 
-def recover(env: lmdb.Environment, meta, data_dir: str) -> list[str]:
-    """Removes what uncommitted updates left in ``data_dir``. Returns what it did."""
+def recover(env: lmdb.Environment, data_dir: str) -> list[str]:
+    """Removes files in ``data_dir`` that no committed version references. Returns what it did."""
+    with env.begin() as txn:
+        state = read_state(txn)
+        pending = {g[0] for g in read_garbage(txn)}
+    referenced = {r.name for s in state.subindices for r in s.runs}
     actions = []
-    with env.begin(db=meta) as txn:
-        cfg = read_config(txn, meta)
-        state = read_state(txn, meta)
-        pending = {g[0] for g in read_garbage(txn, meta)}
-    referenced = set()
-    for i, s in enumerate(state.subindices):
-        if s.generation:
-            referenced.add(rebuild_file(i, s.generation))
-        if cfg.mode == "norebuild" and s.slots:
-            referenced.add(norebuild_file(i))
     for name in sorted(os.listdir(data_dir)):
         if name in referenced or name in pending:
             continue
-        if parse_data_file(name) is not None or name.endswith(".tmp"):
-            os.remove(os.path.join(data_dir, name))
+        if files.parse_run_file(name) is not None or name.endswith(".tmp"):
+            files.FS.remove(os.path.join(data_dir, name))
             actions.append(f"removed uncommitted file {name}")
-    if cfg.mode == "norebuild":
-        for i, s in enumerate(state.subindices):
-            path = os.path.join(data_dir, norebuild_file(i))
-            size = s.slots * (state.bucket_capacity or 0)
-            if os.path.exists(path) and os.path.getsize(path) > size:
-                os.truncate(path, size)
-                actions.append(f"truncated {norebuild_file(i)} to its committed {s.slots} slots")
     return actions
 
 
-def collect_garbage(env: lmdb.Environment, meta, data_dir: str) -> list[str]:
-    """Deletes replaced files that no live snapshot can reference. Returns their names."""
-    with env.begin(write=True, db=meta) as txn:
-        garbage = read_garbage(txn, meta)
+def collect_garbage(env: lmdb.Environment, data_dir: str) -> list[str]:
+    """Deletes replaced runs and punches out dead run prefixes that no live reader can reference.
+    Returns what it reclaimed."""
+    with env.begin(write=True) as txn:
+        garbage = read_garbage(txn)
         if not garbage:
             return []
         oldest = oldest_reader_txn(env)
         done, keep = [], []
-        for name, freed_by in garbage:
-            if oldest is None or freed_by <= oldest:
-                try:
-                    os.remove(os.path.join(data_dir, name))
-                except FileNotFoundError:
-                    pass
-                crash_point("gc.file_removed")
-                done.append(name)
-            else:
-                keep.append([name, freed_by])
-        write_garbage(txn, meta, keep)
+        live = {r.name for s in read_state(txn).subindices for r in s.runs}
+        for name, freed_by, end in garbage:
+            if oldest is not None and freed_by > oldest:
+                keep.append([name, freed_by, end])
+                continue
+            path = os.path.join(data_dir, name)
+            if end is None:
+                files.FS.remove(path)
+                done.append(f"deleted replaced run {name}")
+            elif name in live and os.path.exists(path):
+                files.FS.punch_hole(path, 0, end)
+                done.append(f"reclaimed the first {end} bytes of run {name}")
+            crash_point("gc.file_removed")
+        write_garbage(txn, keep)
     return done

@@ -2,32 +2,16 @@
 
 A record has a search key (int64 or string), ``ts`` and ``exp`` (int64) and any payload columns
 of fixed-width types (integers, floats, bool, temporal, decimal, fixed-size binary) or
-variable-width types (string, binary). The schema is fixed at the first load. Internally each
-record also carries its insertion slot in the hidden column ``INS_SLOT``.
+variable-width types (string, binary). The schema is fixed at the first load. Column names
+starting with ``__ebb`` are reserved for ebb's hidden columns (``block_format.INS_SLOT``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pyarrow as pa
 
-INS_SLOT = "__ebb_ins_slot"
-
-
-class SchemaError(ValueError):
-    """The batch's schema cannot be stored or does not match the archive's."""
-
-
-@dataclass(frozen=True)
-class ColumnSpec:
-    """How one column is laid out inside a bucket."""
-
-    name: str
-    type: pa.DataType
-    nullable: bool
-    width: int  # bytes per value in the fixed section (4 = the u32 length of a var column)
-    var: bool  # string/binary: lengths in the fixed section, bytes in the var section
+from .config import RESERVED_PREFIX
+from .errors import SchemaError
 
 
 def _storable(t: pa.DataType) -> pa.DataType:
@@ -62,8 +46,10 @@ def archive_schema(input_schema: pa.Schema, key: str, ts: str, exp: str) -> pa.S
             raise SchemaError(f"the {role} column {col!r} is missing (columns: {', '.join(names)})")
     if len(set(names)) != len(names):
         raise SchemaError("duplicate column names: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
-    if INS_SLOT in names:
-        raise SchemaError(f"column name {INS_SLOT!r} is reserved")
+    reserved = [n for n in names if n.startswith(RESERVED_PREFIX)]
+    if reserved:
+        raise SchemaError(f"column name {reserved[0]!r} is reserved: names starting with {RESERVED_PREFIX!r} "
+                          "are ebb's hidden columns; rename it")
     fields = []
     for f in input_schema:
         try:
@@ -81,16 +67,6 @@ def archive_schema(input_schema: pa.Schema, key: str, ts: str, exp: str) -> pa.S
                 raise SchemaError(f"the key column {key!r} must be int64 or string, got {f.type}")
         fields.append(pa.field(f.name, t, nullable=f.name not in (key, ts, exp)))
     return pa.schema(fields)
-
-
-def column_specs(schema: pa.Schema) -> list[ColumnSpec]:
-    """Physical columns of a bucket: the archive schema, then the hidden insertion slot."""
-    specs = []
-    for f in list(schema) + [pa.field(INS_SLOT, pa.int32(), nullable=False)]:
-        var = pa.types.is_string(f.type) or pa.types.is_binary(f.type)
-        width = 4 if var else (1 if pa.types.is_boolean(f.type) else f.type.bit_width // 8)
-        specs.append(ColumnSpec(f.name, f.type, f.nullable, width, var))
-    return specs
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -131,11 +107,3 @@ def _compatible(have: pa.DataType, want: pa.DataType) -> bool:
         return True
     # integer chronons or keys of a narrower integer type are accepted and widened
     return pa.types.is_integer(got) and want == pa.int64()
-
-
-def schema_to_bytes(schema: pa.Schema) -> bytes:
-    return schema.serialize().to_pybytes()
-
-
-def schema_from_bytes(data: bytes) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(data))

@@ -1,36 +1,40 @@
-"""A consistent, read-only view of one committed state of the archive.
+"""A consistent, read-only view of one committed version of the archive.
 
-A snapshot is an LMDB read transaction plus memory maps of the bucket files that state
-references. Updates that commit while it is open are invisible to it, and the space it
-references is neither reused nor deleted until it closes (see ``slot_allocator`` and
-``recovery.collect_garbage``).
+A snapshot is an LMDB read transaction: it pins one version, so the run files and blocks that
+version references are not reclaimed while it is open (``recovery.collect_garbage`` waits for
+it), and updates committing meanwhile are invisible to it. ``plan`` turns a request into read
+tasks; ``read`` executes one. Opening a snapshot takes no lock and never waits for a writer.
 """
 
 from __future__ import annotations
 
-import os
+from typing import Iterator
 
-import numpy as np
 import pyarrow as pa
 
-from . import directory, keys as keycodec
-from .bucket_codec import BucketCodec
-from .files import MappedFile, norebuild_file, rebuild_file
-from .manifest import ArchiveConfig, ArchiveState, read_config, read_schema, read_state
+from .block_format import physical_schema
+from .config import ArchiveConfig
+from .errors import ReadError
+from .manifest import ArchiveState, read_run
+from .read_plan import ReadRequest, ReadTask, plan
+from .run_descriptor import RunDescriptor
+from .task_reader import execute
 
 
 class Snapshot:
-    """Read access to one committed state. Use as a context manager or call ``close``."""
+    """Read access to one committed version. Use as a context manager or call ``close``."""
 
     def __init__(self, archive):
         self._archive = archive
         self.txn = archive.env.begin(buffers=False)
-        meta = archive.meta_db
-        self.config: ArchiveConfig = read_config(self.txn, meta)
-        self.state: ArchiveState = read_state(self.txn, meta)
-        self.schema: pa.Schema | None = read_schema(self.txn, meta)
-        self.codec = BucketCodec(self.schema) if self.schema is not None else None
-        self._files: dict[int, MappedFile] = {}
+        try:
+            self.config: ArchiveConfig = archive.config
+            self.state: ArchiveState = archive._cached_state(self.txn)
+            self.schema: pa.Schema | None = archive._cached_schema(self.txn)
+        except BaseException:
+            self.close()
+            raise
+        self._physical = physical_schema(self.schema) if self.schema is not None else None
 
     # -- time -----------------------------------------------------------------------------------
     @property
@@ -40,55 +44,41 @@ class Snapshot:
         return tm.tau if self.state.last_slot is None else tm.time_of(self.state.last_slot)
 
     def check_as_of(self, as_of: int | None) -> int:
-        """``as_of`` or the snapshot's time; an earlier time is an error (SPEC section 2)."""
+        """``as_of`` or the snapshot's time; an earlier time is an error (docs/spec.md section 2)."""
         if as_of is None:
             return self.time
         if as_of < self.time:
-            raise ValueError(
-                f"as_of {as_of} is before the last update at {self.time}: expired history is not kept"
-            )
+            raise ReadError(f"as_of {as_of} is before the last update at {self.time}: expired history is not kept")
         return int(as_of)
 
-    # -- directory ------------------------------------------------------------------------------
     @property
     def n(self) -> int:
         return len(self.state.subindices)
 
-    def key_bytes(self, value) -> bytes:
-        return keycodec.encode_one(value, self.schema.field(self.config.key_column).type)
+    # -- planning and reading -------------------------------------------------------------------
+    def descriptor(self, name: str) -> RunDescriptor:
+        """The descriptor of a run of this version (cached: run files never change)."""
+        cache = self._archive._descriptors
+        desc = cache.get(name)
+        if desc is None:
+            desc = read_run(self.txn, name)
+            cache.put(name, desc)
+        return desc
 
-    def entries(self, i: int, lo=None, hi=None, point: bool = False) -> directory.Entries:
-        """Directory entries of sub-index i: all, one key (``point``), or lo <= key <= hi."""
-        db = self._archive.dir_dbs[i]
-        if self.state.subindices[i].records == 0:
-            return directory.Entries.empty()
-        if point:
-            return directory.load_keys(self.txn, db, [self.key_bytes(lo)])
-        if lo is None and hi is None:
-            return directory.load_all(self.txn, db)
-        lo_b = self.key_bytes(lo) if lo is not None else b""
-        hi_b = self.key_bytes(hi) if hi is not None else b"\xff" * 512
-        return directory.load_range(self.txn, db, lo_b, hi_b)
+    def plan(self, request: ReadRequest, as_of: int | None = None, subindices: list[int] | None = None) -> list[ReadTask]:
+        """The read tasks answering ``request`` as of ``as_of`` (default: the last update)."""
+        t = self.check_as_of(as_of)
+        if self.schema is None:
+            return []
+        return plan(self.state, self.descriptor, request, t, subindices)
 
-    # -- buckets --------------------------------------------------------------------------------
-    def file(self, i: int) -> MappedFile:
-        if i not in self._files:
-            s = self.state.subindices[i]
-            name = norebuild_file(i) if self.config.mode == "norebuild" else rebuild_file(i, s.generation)
-            self._files[i] = MappedFile(os.path.join(self._archive.data_dir, name))
-        return self._files[i]
-
-    def read(self, i: int, descs: np.ndarray, columns: list[str] | None = None) -> pa.Table:
-        """Decodes the given buckets of sub-index i (physical columns)."""
-        if descs.size == 0:
-            return self.codec.physical_schema.empty_table() if columns is None else pa.schema(
-                [self.codec.physical_schema.field(c) for c in columns]).empty_table()
-        return self.codec.decode(self.file(i).array, descs["loc"], descs["count"], columns)
+    def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
+        """Executes one task of this snapshot's plan (archive schema, valid records only)."""
+        cfg = self.config
+        return execute(task, self._archive.open_files, self._physical, cfg.key_column, cfg.ts_column,
+                       cfg.exp_column, f"archive {self._archive.path}, sub-index I{task.subindex + 1}")
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
         if self.txn is not None:
             self.txn.abort()
             self.txn = None

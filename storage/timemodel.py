@@ -10,6 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import ConfigError
+
+# Every time (tau, ts, exp) and S lies within +-MAX_TIME chronons, so that differences such as
+# exp - ts and t - tau never overflow int64.
+MAX_TIME = (1 << 62) - 1
+
 
 @dataclass(frozen=True)
 class TimeModel:
@@ -22,10 +28,8 @@ class TimeModel:
     @staticmethod
     def create(tau: int, delta: int, max_lifetime: int) -> "TimeModel":
         """Validates the parameters and rounds S up to a multiple of Delta."""
-        if delta <= 0:
-            raise ValueError(f"--interval (Delta) must be a positive integer, got {delta}")
-        if max_lifetime <= 0:
-            raise ValueError(f"--max-lifetime (S) must be a positive integer, got {max_lifetime}")
+        if delta <= 0 or max_lifetime <= 0:
+            raise ConfigError(f"Delta and S must be positive integers, got Delta={delta} S={max_lifetime}")
         s = -(-max_lifetime // delta) * delta
         return TimeModel(tau=int(tau), delta=int(delta), max_lifetime=int(s))
 

@@ -1,4 +1,4 @@
-"""Checks an incoming batch against SPEC section 5 before anything is written.
+"""Checks an incoming batch against the bad-input policy (docs/spec.md section 5) before anything is written.
 
 A batch is rejected whole: every problem is collected, each named with the number of offending
 rows and the first of them, and ``RejectedBatch`` carries the combined message.
@@ -11,12 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import keys as keycodec
-from .manifest import ArchiveConfig, ArchiveState
-from .schema import SchemaError, archive_schema, conform
-
-
-class RejectedBatch(ValueError):
-    """The batch or the update time violates SPEC section 5; the archive was not changed."""
+from .config import ArchiveConfig
+from .errors import RejectedBatch, SchemaError
+from .manifest import ArchiveState
+from .schema import archive_schema, conform
+from .timemodel import MAX_TIME
 
 
 def update_slot(config: ArchiveConfig, state: ArchiveState, at: int) -> int:
@@ -58,7 +57,9 @@ def conform_batch(table: pa.Table, config: ArchiveConfig, schema: pa.Schema | No
 
 
 def check_rows(table: pa.Table, config: ArchiveConfig, at: int) -> None:
-    """Raises RejectedBatch listing every row-level problem of SPEC section 5."""
+    """Raises RejectedBatch listing every row-level problem of docs/spec.md section 5, plus
+    times outside +-MAX_TIME (so no difference of times overflows) and strings that are not
+    valid UTF-8 (they could never be read back)."""
     k, ts, exp = config.key_column, config.ts_column, config.exp_column
     problems: list[str] = []
     n = table.num_rows
@@ -74,21 +75,47 @@ def check_rows(table: pa.Table, config: ArchiveConfig, at: int) -> None:
     present = ~(
         table.column(ts).is_null().to_numpy(zero_copy_only=False) | table.column(exp).is_null().to_numpy(zero_copy_only=False)
     )
+    far = (np.abs(tsv) > MAX_TIME) | (np.abs(expv) > MAX_TIME)
     checks = [
-        (present & (expv <= tsv), f"have {exp} <= {ts} (an empty validity interval)"),
+        (present & far, f"have {ts} or {exp} outside +-{MAX_TIME} chronons (ebb's time range)"),
+        (present & ~far & (expv <= tsv), f"have {exp} <= {ts} (an empty validity interval)"),
         (present & (tsv > at), f"have {ts} after the update time {at}"),
     ]
     if not config.accept_overlong:
         checks.append(
-            (present & (expv - tsv > config.max_lifetime),
+            (present & ~far & (expv - tsv > config.max_lifetime),
              f"have a lifetime {exp} - {ts} over S={config.max_lifetime} (create the archive with --accept-overlong to store them)")
         )
     for mask, what in checks:
         c = int(np.count_nonzero(mask))
         if c:
             problems.append(f"{c} rows {what} ({_first_row(mask, table, config)})")
+    for f in table.schema:
+        if pa.types.is_string(f.type):
+            bad = _invalid_utf8(table.column(f.name))
+            if bad:
+                problems.append(f"{bad} rows have a {f.name} that is not valid UTF-8")
     long_keys = keycodec.too_long(table.column(k))
     if long_keys:
         problems.append(f"{long_keys} rows have a key longer than {keycodec.MAX_STRING_KEY_BYTES} bytes")
     if problems:
         raise RejectedBatch("batch rejected, nothing was loaded: " + "; ".join(problems))
+
+
+def _invalid_utf8(col: pa.ChunkedArray) -> int:
+    """Number of values of a string column that are not valid UTF-8 (0 for a valid column,
+    checked in C; the count is found only for a column that fails)."""
+    try:
+        for chunk in col.chunks:
+            chunk.validate(full=True)
+        return 0
+    except pa.ArrowInvalid:
+        return sum(1 for v in col.cast(pa.binary()).to_pylist() if v is not None and not _decodes(v))
+
+
+def _decodes(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from ebb.storage.archive import Archive
-from ebb.storage.manifest import ArchiveConfig
+from ebb.storage.config import ArchiveConfig
 from ebb.query.reader import ArchiveReader
 
 

@@ -166,9 +166,9 @@ def test_overlong_accepted_when_configured(tmp_path):
 def test_bad_init_arguments(tmp_path):
     r = ebb("init", tmp_path / "x", "--layout", "doubly", "--partitioning", "chronological", "--G", 9, "--E", 2,
             "--mode", "rebuild", "--max-lifetime", 16, "--interval", 2, "--start", 0)
-    assert r.returncode == 1 and "at most p" in r.stderr
+    assert r.returncode == 2 and "at most p" in r.stderr
     r = ebb("init", tmp_path / "y", "--layout", "wave", "--n", 4, "--mode", "rebuild", "--max-lifetime", 0, "--interval", 2, "--start", 0)
-    assert r.returncode == 1 and "max-lifetime" in r.stderr
+    assert r.returncode == 2 and "max-lifetime" in r.stderr
     r = ebb("init", tmp_path / "z", "--layout", "wave", "--G", 2, "--mode", "rebuild", "--max-lifetime", 8, "--interval", 2, "--start", 0)
     assert r.returncode == 2
     r = ebb("probe", tmp_path / "nothing", "1")

@@ -1,8 +1,8 @@
-"""Crash safety and concurrency of updates (SPEC section 2, item 5: an update is atomic).
+"""Crash safety and concurrency of updates (docs/spec.md section 2, item 5: an update is atomic).
 
 1. ``test_crash_point``: ``ebb load`` killed (SIGKILL, via EBB_CRASH_AT) at every named crash
-   point of storage/faults.py, the k-th time for k up to 4 (and up to 9 chunks into a Rebuild
-   written in small chunks), in both maintenance modes, for the next update, an update after a
+   point of storage/faults.py, the k-th time for k up to 5 (runs are written in 1 KiB blocks,
+   so a crash can leave a run half written), in both maintenance modes, for the next update, an update after a
    missed slot, the initial bulk load, and a crash during the retry of a crashed update. The
    archive must pass ``ebb verify`` and answer scans, probes and range probes exactly as before
    the update (points ahead of the commit) or after it (points behind it); recovery must leave
@@ -38,8 +38,8 @@ import pytest
 from ebb.query.reader import ArchiveReader
 from ebb.storage import faults
 from ebb.storage.archive import Archive, ArchiveBusy
-from ebb.storage.files import DATA_DIR, norebuild_file
-from ebb.storage.schema import INS_SLOT
+from ebb.storage.files import DATA_DIR
+from ebb.storage.read_plan import Scan
 from ebb.storage.verify import verify
 
 from support import SCHEMA, Oracle, archive_answers, config, ebb, random_rows, rows_multiset, table_of
@@ -53,10 +53,7 @@ PROBE_KEYS = (0, 7, 21, 33, 39, 500)  # 500 never occurs
 RANGES = ((0, 10), (15, 30), (35, 1000), (-5, -1))
 NO_CRASH = {"EBB_CRASH_AT": ""}
 
-BEFORE_COMMIT = {
-    "update.validated", "rebuild.chunk_written", "rebuild.file_synced", "norebuild.slots_written",
-    "update.subindex_done", "update.before_commit",
-}
+BEFORE_COMMIT = {"update.validated", "run.block_written", "update.runs_written", "update.before_commit"}
 AFTER_COMMIT = {"update.after_commit", "gc.file_removed"}
 assert BEFORE_COMMIT | AFTER_COMMIT == set(faults.POINTS)
 
@@ -129,47 +126,21 @@ def _cli_verify(path):
 
 
 def _assert_clean(path, mode):
-    """Verify passes in-process with no leftovers, and NoRebuild slot files have exactly their
-    committed size."""
+    """Verify passes in-process with no leftovers."""
     with Archive(path) as arc:
         problems, notes = verify(arc)
-        st = arc.state()
     assert problems == [], problems
     assert notes == [], f"leftovers not cleaned up: {notes}"
-    if mode == "norebuild" and st.bucket_capacity:  # (none before the first committed load)
-        for i, s in enumerate(st.subindices):
-            f = os.path.join(path, DATA_DIR, norebuild_file(i))
-            if os.path.exists(f):
-                assert os.path.getsize(f) == s.slots * st.bucket_capacity, \
-                    f"{norebuild_file(i)} has {os.path.getsize(f)} bytes, committed {s.slots} slots of {st.bucket_capacity}"
 
 
-# ``ebb load`` with Rebuild's chunk size cut to a few KiB, so that one sub-index file is written
-# in many chunks and a crash can leave it half written
-SMALL_CHUNKS_CLI = r"""
-import sys
-import ebb.storage.rebuild
-ebb.storage.rebuild.CHUNK_BYTES = 2048
-from ebb.query.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def _crash_load(path, parquet, at, point, k, small_chunks=False):
-    if small_chunks:
-        args = ["load", path, parquet, "--at", str(at)]
-        r = subprocess.run([sys.executable, "-c", SMALL_CHUNKS_CLI, *args], capture_output=True, text=True,
-                           env=dict(os.environ, EBB_CRASH_AT=f"{point}:{k}"))
-    else:
-        r = ebb("load", path, parquet, "--at", at, env={"EBB_CRASH_AT": f"{point}:{k}"})
+def _crash_load(path, parquet, at, point, k):
+    r = ebb("load", path, parquet, "--at", at, env={"EBB_CRASH_AT": f"{point}:{k}"})
     assert r.returncode == -signal.SIGKILL, (
         f"crash point {point}:{k} was not reached (exit {r.returncode}); the update ran to completion"
         f" or failed\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
     progress = [ln for ln in r.stderr.splitlines() if ln.startswith("  I")]
     if point == "update.validated":
         assert progress == [], r.stderr  # killed before any sub-index was touched
-    if point == "update.subindex_done":
-        assert len(progress) == k, r.stderr  # killed right after the k-th sub-index
     return r
 
 
@@ -178,41 +149,37 @@ R, N = "rebuild", "norebuild"
 CASES = [
     # rebuild, the next update (touches G + E - 1 = 3 sub-indices)
     (R, "next", "update.validated", 1, None),
-    *[(R, "next", "rebuild.chunk_written", k, None) for k in (1, 2, 3)],
-    *[(R, "next", "rebuild.file_synced", k, None) for k in (1, 2, 3)],
-    *[(R, "next", "update.subindex_done", k, None) for k in (1, 2, 3)],
+    *[(R, "next", "run.block_written", k, None) for k in (1, 2, 5)],
+    (R, "next", "update.runs_written", 1, None),
     (R, "next", "update.before_commit", 1, None),
     (R, "next", "update.after_commit", 1, None),
     *[(R, "next", "gc.file_removed", k, None) for k in (1, 2, 3)],
     # rebuild, an update after a missed slot (deletes from both columns: touches all 4)
-    (R, "gap", "rebuild.chunk_written", 4, None),
-    (R, "gap", "rebuild.file_synced", 4, None),
-    (R, "gap", "update.subindex_done", 4, None),
+    (R, "gap", "run.block_written", 4, None),
+    (R, "gap", "update.runs_written", 1, None),
     (R, "gap", "gc.file_removed", 4, None),
     # rebuild, the initial bulk load
-    (R, "bulk", "rebuild.file_synced", 4, None),
+    (R, "bulk", "run.block_written", 3, None),
+    (R, "bulk", "update.runs_written", 1, None),
     (R, "bulk", "update.after_commit", 1, None),
-    # rebuild with 2 KiB chunks (the three files take about 7, 4 and 5 chunks): killed in the
-    # middle of writing the first and the second file
-    (R, "chunks", "rebuild.chunk_written", 2, None),
-    (R, "chunks", "rebuild.chunk_written", 9, None),
     # rebuild, crash, then crash again during the retry, then retry cleanly
-    (R, "next", "rebuild.file_synced", 2, ("update.before_commit", 1)),
+    (R, "next", "run.block_written", 2, ("update.before_commit", 1)),
     # norebuild, the next update
     (N, "next", "update.validated", 1, None),
-    *[(N, "next", "norebuild.slots_written", k, None) for k in (1, 2, 3)],
-    *[(N, "next", "update.subindex_done", k, None) for k in (1, 2, 3)],
+    *[(N, "next", "run.block_written", k, None) for k in (1, 2)],
+    (N, "next", "update.runs_written", 1, None),
     (N, "next", "update.before_commit", 1, None),
     (N, "next", "update.after_commit", 1, None),
+    *[(N, "next", "gc.file_removed", k, None) for k in (1, 2)],
     # norebuild, after a missed slot
-    (N, "gap", "norebuild.slots_written", 4, None),
-    (N, "gap", "update.subindex_done", 4, None),
-    # norebuild, the initial bulk load (slot files created by the crashed update)
-    (N, "bulk", "norebuild.slots_written", 2, None),
+    (N, "gap", "run.block_written", 2, None),
+    (N, "gap", "update.runs_written", 1, None),
+    # norebuild, the initial bulk load
+    (N, "bulk", "run.block_written", 2, None),
     (N, "bulk", "update.before_commit", 1, None),
     (N, "bulk", "update.after_commit", 1, None),
     # norebuild, crash twice
-    (N, "next", "norebuild.slots_written", 3, ("norebuild.slots_written", 1)),
+    (N, "next", "run.block_written", 1, ("run.block_written", 1)),
 ]
 
 
@@ -227,11 +194,8 @@ def test_crash_point(tmp_path, mode, scenario, point, k, second):
     # the same data for every crash point of a scenario, so each point interrupts the same update
     rng = np.random.default_rng(zlib.crc32(f"{mode}-{scenario}".encode()))
     path = str(tmp_path / "arc")
-    # NoRebuild: buckets of a few records, so that a delete-only sub-index has partly expired
-    # buckets to rewrite (norebuild.slots_written is reached in all three touched sub-indices);
-    # the bulk scenario keeps the default capacity, sized by the crashed first load
-    cap = 256 if mode == N and scenario != "bulk" else None
-    Archive.create(path, config(mode=mode, bucket_capacity=cap)).close()
+    # 1 KiB blocks: every run has several, so a crash can interrupt one half written
+    Archive.create(path, config(mode=mode, block_bytes=1024)).close()
     oracle = Oracle()
     if scenario == "bulk":
         new_t = TAU
@@ -253,14 +217,14 @@ def test_crash_point(tmp_path, mode, scenario, point, k, second):
     after = copy.deepcopy(oracle)
     after.load(rows, new_t)
 
-    _crash_load(path, parquet, new_t, point, k, small_chunks=scenario == "chunks")
+    _crash_load(path, parquet, new_t, point, k)
     if second:
         assert point in BEFORE_COMMIT
         assert _state(path) == (prev_t, prev_seq), "the first crash was before the commit"
         _crash_load(path, parquet, new_t, *second)
         point = second[0]  # the last crash decides the expected state
     report = _cli_verify(path)
-    if point in ("rebuild.chunk_written", "rebuild.file_synced"):
+    if point in ("run.block_written", "update.runs_written", "update.before_commit"):
         assert "left by an interrupted update" in report.stdout, report.stdout  # recovery has work to do
 
     t, seq = _state(path)
@@ -277,12 +241,9 @@ def test_crash_point(tmp_path, mode, scenario, point, k, second):
         # reads as of the update's time are allowed and must not see the new batch
         _assert_matches(path, before, new_t, "before state, read as of the crashed update's time")
 
-    if mode == N:
-        # NoRebuild leftovers (slot files grown past their committed size) are invisible to
-        # verify and would be re-grown by the retry, so check recovery on its own first
-        with Archive(path) as arc:
-            arc.recover()
-        _assert_clean(path, mode)
+    with Archive(path) as arc:  # recovery on its own removes every leftover
+        arc.recover()
+    _assert_clean(path, mode)
 
     # recovery: retry the crashed update (if it did not commit), then one more update
     with Archive(path) as arc:
@@ -297,17 +258,17 @@ def test_crash_point(tmp_path, mode, scenario, point, k, second):
 
 
 def test_crash_cases_cover_every_point():
-    """The parametrisation reaches at least 12 cases per mode, >= 20 distinct (point, k) pairs,
+    """The parametrisation reaches at least 12 cases per mode, >= 12 distinct (point, k) pairs,
     and every named crash point."""
     per_mode = {m: [c for c in CASES if c[0] == m] for m in (R, N)}
     assert all(len(v) >= 12 for v in per_mode.values())
-    assert len({(c[2], c[3]) for c in CASES}) >= 20
+    assert len({(c[2], c[3]) for c in CASES}) >= 12
     assert {c[2] for c in CASES} == set(faults.POINTS)
 
 
 def test_recover_after_crashed_first_norebuild_load(tmp_path):
-    """recover() must remove what an uncommitted update left, including the NoRebuild slot
-    files that a crashed *first* load created (nothing of them is committed)."""
+    """recover() must remove what an uncommitted update left, including the run files that a
+    crashed *first* load created (nothing of them is committed)."""
     path = str(tmp_path / "arc")
     Archive.create(path, config(mode=N)).close()
     rows = _bulk_rows(np.random.default_rng(3), 1500)
@@ -317,10 +278,8 @@ def test_recover_after_crashed_first_norebuild_load(tmp_path):
     with Archive(path) as arc:
         actions = arc.recover()
         st = arc.state()
-    assert st.update_seq == 0 and st.bucket_capacity is None
-    leftover = {n: os.path.getsize(os.path.join(data, n)) for n in os.listdir(data)}
-    assert not any(leftover.values()), \
-        f"recover() did {actions} and left uncommitted slot data of the crashed first load: {leftover}"
+    assert st.update_seq == 0
+    assert os.listdir(data) == [], f"recover() did {actions} and left files of the crashed first load"
 
 
 # -- 2. kills at random times ----------------------------------------------------------------------
@@ -565,8 +524,7 @@ def _update_in_process(path, rows, t, _parquet):
 def _crashing_update_by_cli(mode):
     """Every third update is first killed at a crash point, then (if it did not commit) retried:
     the reader must never see the dead writer's work, and recovery must not disturb it."""
-    points = ["update.subindex_done:2", "update.before_commit:1",
-              "rebuild.file_synced:1" if mode == R else "norebuild.slots_written:1", "update.after_commit:1"]
+    points = ["run.block_written:2", "update.before_commit:1", "update.runs_written:1", "update.after_commit:1"]
     count = [0]
 
     def apply(path, rows, t, parquet):
@@ -624,12 +582,11 @@ def test_open_snapshot_survives_updates(tmp_path, mode):
             rest = list(it)
             got = rows_multiset(pa.Table.from_batches([first, *rest]))
             assert got == want, f"{sum((want - got).values())} rows missing, {sum((got - want).values())} extra"
-            # the other old snapshot's directories and bucket files are still those of state 20
+            # the other old snapshot's plan and run files are still those of state 20
             assert probe_snap.time == 20
-            parts = [probe_snap.read(i, probe_snap.entries(i).descs) for i in range(probe_snap.n)]
-            old = pa.concat_tables(parts).drop_columns([INS_SLOT])
+            old = [b for task in probe_snap.plan(Scan(), 20) for b in probe_snap.read(task)]
             probe_snap.close()
-            assert rows_multiset([x for x in old.to_pylist() if x["ts"] <= 20 < x["exp"]]) == want
+            assert rows_multiset(pa.Table.from_batches(old)) == want
         _assert_matches(path, oracle, 38, "after the updates")
         b = _batch_rows(rng, 40, 400, "u40-")
         arc.load(table_of(b, SCHEMA), 40)  # no reader left: replaced files can go now

@@ -37,7 +37,7 @@ def scenarios(draw):
     else:
         layout.update(n_wave=draw(st.integers(1, p)))
     mode = draw(st.sampled_from(["rebuild", "norebuild"]))
-    capacity = draw(st.sampled_from([None, 64, 120, 400])) if mode == "norebuild" else None
+    block_bytes = draw(st.sampled_from([None, 256, 600, 4096]))  # tiny blocks: many per run and per key
     overlong = draw(st.booleans())
     string_keys = draw(st.booleans())
     tau = draw(st.integers(-20, 20))
@@ -48,7 +48,7 @@ def scenarios(draw):
         st.integers(0, 3),  # probes at random as_of after this update
     ), min_size=1, max_size=10))
     seed = draw(st.integers(0, 2**32 - 1))
-    return dict(layout=layout, delta=delta, s=s, mode=mode, capacity=capacity, overlong=overlong,
+    return dict(layout=layout, delta=delta, s=s, mode=mode, block_bytes=block_bytes, overlong=overlong,
                 string_keys=string_keys, tau=tau, base_rate=base_rate, steps=steps, seed=seed)
 
 
@@ -83,7 +83,7 @@ def test_random_schedules_match_oracle(sc):
     ktype = pa.string() if sc["string_keys"] else pa.int64()
     schema = pa.schema([("key", ktype), ("ts", pa.int64()), ("exp", pa.int64()), ("payload", pa.string())])
     cfg = config(mode=sc["mode"], tau=sc["tau"], delta=sc["delta"], max_lifetime=sc["s"], accept_overlong=sc["overlong"],
-                 bucket_capacity=sc["capacity"], **sc["layout"])
+                 block_bytes=sc["block_bytes"] or 128 << 10, **sc["layout"])
     oracle = Oracle()
     with tempfile.TemporaryDirectory() as d:
         arc = Archive.create(d + "/a", cfg)

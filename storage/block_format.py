@@ -1,0 +1,107 @@
+"""Blocks: the unit of data on disk, of checksums and of reads.
+
+A block is one Arrow IPC encapsulated record-batch message (the IPC stream format's message,
+without the schema, which the archive's metadata holds) of a few hundred KiB: the records of
+the archive schema plus the hidden column ``INS_SLOT`` (int64 insertion slot), sorted by
+(key, exp). Decoding is zero-copy: the columns are views of the bytes read. Each block's
+XXH3-64 is kept in its run's descriptor and checked before a single value is decoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .checksum import block_checksum
+from .errors import CorruptionError
+
+INS_SLOT = "__ebb_ins"
+
+
+def physical_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of stored blocks: the archive schema and the hidden insertion slot."""
+    return schema.append(pa.field(INS_SLOT, pa.int64(), nullable=False))
+
+
+def row_sizes(table: pa.Table) -> np.ndarray:
+    """Approximate encoded bytes of each row (fixed widths, plus offsets and bytes of
+    string/binary values), used only to cut blocks to size."""
+    size = np.zeros(table.num_rows, np.int64)
+    for col in table.columns:
+        t = col.type
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            size += 4 + pc.fill_null(pc.binary_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        elif pa.types.is_boolean(t):
+            size += 1
+        else:
+            size += t.bit_width // 8
+    return size
+
+
+@dataclass
+class EncodedBlock:
+    """One block ready to be written, with the fields of its descriptor entry."""
+
+    data: pa.Buffer
+    rows: int
+    min_exp: int
+    max_exp: int
+    max_ts: int
+    slot: int
+    checksum: int
+    first_key: object
+    last_key: object
+
+
+def encode_blocks(table: pa.Table, key: str, ts: str, exp: str, block_bytes: int,
+                  slots: np.ndarray | None = None) -> Iterator[EncodedBlock]:
+    """Cuts ``table`` (physical schema, sorted by (slot, key, exp)) into blocks of about
+    ``block_bytes``; a block never spans two values of ``slots`` (None: one section, slot -1)."""
+    if table.num_rows == 0:
+        return
+    sizes = row_sizes(table)
+    slot_all = np.full(table.num_rows, -1, np.int64) if slots is None else np.asarray(slots, np.int64)
+    base = 0
+    for batch in table.to_batches():
+        m = batch.num_rows
+        if m == 0:
+            continue
+        s, sl = sizes[base:base + m], slot_all[base:base + m]
+        cum = np.cumsum(s) - s  # bytes before each row
+        sec_start = np.flatnonzero(np.diff(sl, prepend=sl[0] - 1))
+        sec_id = np.cumsum(np.diff(sl, prepend=sl[0] - 1) != 0) - 1
+        rel = cum - cum[sec_start][sec_id]
+        bucket = rel // block_bytes
+        cut = np.flatnonzero((np.diff(sec_id, prepend=-1) != 0) | (np.diff(bucket, prepend=-1) != 0))
+        ends = np.append(cut[1:], m)
+        ev = batch.column(exp).to_numpy()
+        tv = batch.column(ts).to_numpy()
+        kcol = batch.column(key)
+        firsts = kcol.take(pa.array(cut)).to_pylist()
+        lasts = kcol.take(pa.array(ends - 1)).to_pylist()
+        mins, maxs = np.minimum.reduceat(ev, cut), np.maximum.reduceat(ev, cut)
+        max_ts = np.maximum.reduceat(tv, cut)
+        for b, (a, e) in enumerate(zip(cut.tolist(), ends.tolist())):
+            data = batch.slice(a, e - a).serialize()
+            yield EncodedBlock(data, e - a, int(mins[b]), int(maxs[b]), int(max_ts[b]), int(sl[a]),
+                               block_checksum(data), firsts[b], lasts[b])
+        base += m
+
+
+def decode_block(data: pa.Buffer, schema: pa.Schema, entry, what: str) -> pa.RecordBatch:
+    """The records of one block (``schema`` is the physical schema), after checking its
+    checksum and shape against its descriptor ``entry``; CorruptionError naming ``what``."""
+    if data.size != int(entry["length"]) or block_checksum(data) != int(entry["checksum"]):
+        raise CorruptionError(f"{what}: block at byte {int(entry['offset'])} fails its checksum")
+    try:
+        batch = pa.ipc.read_record_batch(data, schema)
+    except (pa.ArrowInvalid, pa.ArrowIOError, ValueError) as e:
+        raise CorruptionError(f"{what}: block at byte {int(entry['offset'])} cannot be decoded ({e})") from None
+    if batch.num_rows != int(entry["rows"]):
+        raise CorruptionError(f"{what}: block at byte {int(entry['offset'])} holds {batch.num_rows} rows, "
+                              f"its descriptor says {int(entry['rows'])}")
+    return batch

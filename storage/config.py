@@ -1,0 +1,147 @@
+"""An archive's configuration: what ``ebb init`` fixes for the archive's life, built and checked here.
+
+``build_config`` is the one place that turns user settings into an ``ArchiveConfig``: it applies
+the defaults, rounds S up to a multiple of Delta (docs/spec.md section 1) and refuses settings
+that cannot make a working archive, with a message naming the setting. The CLI and the Spark
+scheduler both call it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass
+
+from .errors import ConfigError
+from .layout import Layout
+from .timemodel import MAX_TIME, TimeModel
+
+MAX_SUBINDICES = 1024
+MAX_SLOTS = 1_000_000  # p = S / Delta; per-slot tables (stats, plans) are O(p)
+DEFAULT_BLOCK_BYTES = 128 << 10
+MIN_BLOCK_BYTES, MAX_BLOCK_BYTES = 256, 64 << 20
+RESERVED_PREFIX = "__ebb"
+
+
+@dataclass(frozen=True)
+class ArchiveConfig:
+    """What ``ebb init`` fixes for the life of an archive. Build it with ``build_config``."""
+
+    layout: str  # "doubly" | "wave"
+    partitioning: str  # doubly: round-robin | chronological | random
+    split: str  # wave: insertion | expiration
+    G: int
+    E: int
+    n_wave: int
+    mode: str  # "rebuild" | "norebuild"
+    tau: int
+    delta: int
+    max_lifetime: int  # S, a multiple of delta
+    key_column: str = "key"
+    ts_column: str = "ts"
+    exp_column: str = "exp"
+    accept_overlong: bool = False
+    block_bytes: int = DEFAULT_BLOCK_BYTES  # target size of a data block
+    seed: int = 0  # random partitioning's hash seed
+    time_unit: str | None = None  # informational: what one chronon is
+
+    @property
+    def time(self) -> TimeModel:
+        return TimeModel(self.tau, self.delta, self.max_lifetime)
+
+    @property
+    def layout_obj(self) -> Layout:
+        return Layout(
+            kind=self.layout, p=self.time.p, G=self.G, E=self.E, partitioning=self.partitioning,
+            split=self.split, n_wave=self.n_wave, seed=self.seed,
+        )
+
+    @property
+    def n(self) -> int:
+        return self.layout_obj.n
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @staticmethod
+    def from_json(data: bytes) -> "ArchiveConfig":
+        return ArchiveConfig(**json.loads(data))
+
+
+def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, start: int = 0,
+                 partitioning: str = "round-robin", G: int | None = None, E: int | None = None,
+                 split: str = "insertion", n: int | None = None, key_column: str = "key",
+                 ts_column: str = "ts", exp_column: str = "exp", accept_overlong: bool = False,
+                 block_bytes: int | None = None, seed: int | None = None,
+                 time_unit: str | None = None) -> ArchiveConfig:
+    """A checked configuration with defaults applied (G = E = 2, n = 4, 128 KiB blocks, a fresh
+    seed for random partitioning). Raises ConfigError naming the first bad setting."""
+    for name, v in (("--interval (Delta)", interval), ("--max-lifetime (S)", max_lifetime)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ConfigError(f"{name} must be a positive integer number of chronons, got {v!r}")
+    if not -MAX_TIME <= start <= MAX_TIME:
+        raise ConfigError(f"--start (tau) must lie within +-{MAX_TIME} chronons, got {start}")
+    if max_lifetime > MAX_TIME:
+        raise ConfigError(f"--max-lifetime (S) must be at most {MAX_TIME} chronons, got {max_lifetime}")
+    tm = TimeModel.create(start, interval, max_lifetime)
+    if tm.p > MAX_SLOTS:
+        raise ConfigError(
+            f"S/Delta = {tm.p} slots; ebb supports at most {MAX_SLOTS} (raise --interval or lower --max-lifetime)")
+    if mode not in ("rebuild", "norebuild"):
+        raise ConfigError(f"--mode must be rebuild or norebuild, got {mode!r}")
+    if layout == "doubly":
+        if n is not None:
+            raise ConfigError("--n is for wave indices; a doubly partitioned index takes --G and --E")
+        G, E = (2 if G is None else G), (2 if E is None else E)
+        if partitioning not in ("round-robin", "chronological", "random"):
+            raise ConfigError(f"--partitioning must be round-robin, chronological or random, got {partitioning!r}")
+        if G < 1 or E < 1:
+            raise ConfigError(f"--G and --E must be at least 1, got G={G} E={E}")
+        if partitioning == "chronological" and (G > tm.p or E > tm.p):
+            raise ConfigError(f"chronological partitioning needs G and E at most p = S/Delta = {tm.p} "
+                              f"(got G={G}, E={E}); more partitions would stay empty")
+        n_wave, count = 1, G * E
+    elif layout == "wave":
+        if G is not None or E is not None:
+            raise ConfigError("--G/--E are for doubly partitioned indices; a wave index takes --n")
+        n_wave = 4 if n is None else n
+        if split not in ("insertion", "expiration"):
+            raise ConfigError(f"--split must be insertion or expiration, got {split!r}")
+        if not 1 <= n_wave <= tm.p:
+            raise ConfigError(f"a wave index needs 1 <= n <= p = S/Delta = {tm.p}, got n={n_wave}")
+        G = E = 1
+        count = n_wave
+    else:
+        raise ConfigError(f"--layout must be doubly or wave, got {layout!r}")
+    if count > MAX_SUBINDICES:
+        raise ConfigError(f"at most {MAX_SUBINDICES} sub-indices, got {count}")
+    block_bytes = DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes
+    if not MIN_BLOCK_BYTES <= block_bytes <= MAX_BLOCK_BYTES:
+        raise ConfigError(f"--block-bytes must be between {MIN_BLOCK_BYTES} and {MAX_BLOCK_BYTES}, got {block_bytes}")
+    cols = (key_column, ts_column, exp_column)
+    if len(set(cols)) != 3:
+        raise ConfigError("the key, ts and exp columns must be three different columns")
+    for c in cols:
+        if not c or c.startswith(RESERVED_PREFIX):
+            raise ConfigError(f"column name {c!r} is not allowed (empty, or starts with the reserved {RESERVED_PREFIX!r})")
+    if seed is None:
+        seed = secrets.randbits(63) if layout == "doubly" and partitioning == "random" else 0
+    return ArchiveConfig(
+        layout=layout, partitioning=partitioning if layout == "doubly" else "round-robin",
+        split=split if layout == "wave" else "insertion", G=G, E=E, n_wave=n_wave, mode=mode,
+        tau=tm.tau, delta=tm.delta, max_lifetime=tm.max_lifetime, key_column=key_column, ts_column=ts_column,
+        exp_column=exp_column, accept_overlong=bool(accept_overlong), block_bytes=int(block_bytes), seed=int(seed),
+        time_unit=time_unit,
+    )
+
+
+def check_config(cfg: ArchiveConfig) -> ArchiveConfig:
+    """Re-checks a configuration built elsewhere (for example read back from JSON)."""
+    return build_config(
+        layout=cfg.layout, mode=cfg.mode, interval=cfg.delta, max_lifetime=cfg.max_lifetime, start=cfg.tau,
+        partitioning=cfg.partitioning, G=cfg.G if cfg.layout == "doubly" else None,
+        E=cfg.E if cfg.layout == "doubly" else None, split=cfg.split,
+        n=cfg.n_wave if cfg.layout == "wave" else None, key_column=cfg.key_column, ts_column=cfg.ts_column,
+        exp_column=cfg.exp_column, accept_overlong=cfg.accept_overlong, block_bytes=cfg.block_bytes,
+        seed=cfg.seed if (cfg.seed or cfg.partitioning != "random") else None, time_unit=cfg.time_unit,
+    )

@@ -1,0 +1,208 @@
+"""Maintenance of one touched sub-index in one update: Rebuild or NoRebuild.
+
+Both write only new files; what they return is applied by the commit.
+
+- **Rebuild** rewrites the sub-index: its one run is streamed in file order, large sequential
+  reads of at most ``MERGE_CHUNK_BYTES``, wholly expired blocks skipped unread, expired records
+  dropped, and merged with the update's new records of that sub-index into a new run sorted by
+  (key, exp), so each key's records are one contiguous stretch. The old run becomes garbage.
+- **NoRebuild** never rewrites a record. New records become one new run, sectioned by
+  expiration slot (sorted by (exp slot, key, exp), no block spans two slots). Deleting slot j
+  from a run is a metadata change: its blocks of sections <= j hold exactly its records with
+  exp <= T_j, always a prefix of the file, so the run's first live block moves past them (the
+  prefix's disk space is reclaimed once no reader needs it; a run with no live block is
+  dropped). A probe visits at most one stretch of blocks per live (run, section).
+
+Memory is bounded by the update's new records of the sub-index plus one merge chunk; nothing
+grows with keys the update does not mention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import files
+from .block_format import physical_schema
+from .config import ArchiveConfig
+from .errors import ArchiveError
+from .files import OpenFiles, run_file_name
+from .manifest import LiveRun, SubIndexState
+from .run_descriptor import RunDescriptor
+from .run_writer import RunWriter
+from .task_reader import read_blocks
+
+MERGE_CHUNK_BYTES = 32 << 20
+
+
+@dataclass
+class SubIndexChange:
+    """What maintenance did to sub-index ``i``: its new live runs and the I/O it cost."""
+
+    i: int
+    runs: list[LiveRun]
+    new_runs: list[RunDescriptor] = field(default_factory=list)
+    dropped_runs: list[str] = field(default_factory=list)  # no longer referenced: files become garbage
+    dead_prefixes: list[tuple[str, int]] = field(default_factory=list)  # (file, end): blocks before end are dead
+    inserted: int = 0
+    deleted: int = 0
+    blocks_read: int = 0
+    bytes_read: int = 0
+    blocks_written: int = 0
+    bytes_written: int = 0
+
+    def to_dict(self) -> dict:
+        return {"subindex": self.i + 1, "inserted": self.inserted, "deleted": self.deleted,
+                "blocks_read": self.blocks_read, "bytes_read": self.bytes_read,
+                "blocks_written": self.blocks_written, "bytes_written": self.bytes_written,
+                "runs": len(self.runs)}
+
+
+@dataclass
+class MaintenanceContext:
+    """What every sub-index of one update shares."""
+
+    config: ArchiveConfig
+    schema: pa.Schema  # archive schema
+    data_dir: str
+    open_files: OpenFiles
+    descriptor: Callable[[str], RunDescriptor]
+    update_seq: int
+    created: list[str]  # paths of files this update created (removed if it does not commit)
+
+    def writer(self, i: int) -> RunWriter:
+        name = run_file_name(i, self.update_seq)
+        w = RunWriter(self.data_dir, name, i, self.config.key_column, self.config.ts_column,
+                      self.config.exp_column, self.config.block_bytes)
+        self.created.append(w.path)
+        return w
+
+
+def norebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.Table, exp_slots: np.ndarray,
+              delete_slot: int | None) -> SubIndexChange:
+    """Deletes records expiring at or before slot ``delete_slot`` (None: no deletion) and adds
+    ``rows`` (sorted by (exp slot, key, exp)) as a new run."""
+    ch = SubIndexChange(i, [])
+    for run in current.runs:
+        if delete_slot is None:
+            ch.runs.append(run)
+            continue
+        desc = ctx.descriptor(run.name)
+        first = max(run.first_live, desc.first_live_after(delete_slot))
+        ch.deleted += int(desc.blocks["rows"][run.first_live:first].sum())
+        live = LiveRun.of(desc, first)
+        if live is None:
+            ch.dropped_runs.append(run.name)
+        else:
+            ch.runs.append(live)
+            if first > run.first_live:
+                ch.dead_prefixes.append((run.name, int(desc.blocks["offset"][first])))
+    if rows.num_rows:
+        w = ctx.writer(i)
+        w.add(rows, exp_slots)
+        desc = w.finish()
+        w.close()
+        ch.new_runs.append(desc)
+        ch.runs.append(LiveRun.of(desc, 0))
+        ch.inserted = rows.num_rows
+        ch.blocks_written, ch.bytes_written = int(desc.blocks.size), desc.file_bytes
+    return ch
+
+
+def rebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.Table, delete_upto: int | None) -> SubIndexChange:
+    """Rewrites sub-index i as one run: its records with exp > ``delete_upto`` (all if None)
+    merged with ``rows`` (sorted by (key, exp))."""
+    if len(current.runs) > 1:
+        raise ArchiveError(f"Rebuild sub-index I{i + 1} has {len(current.runs)} runs; it must have at most one")
+    ch = SubIndexChange(i, [])
+    key = ctx.config.key_column
+    w = ctx.writer(i)
+    old = _old_chunks(ctx, current.runs[0], ch, delete_upto) if current.runs else iter(())
+    new_keys = rows.column(key)
+    pos = 0
+    held = None  # old records of the last key of the previous chunk (it may continue)
+    for chunk in old:
+        if held is not None:
+            chunk = pa.concat_tables([held, chunk])
+        last = chunk.column(key)[-1]
+        cut = _first_of_last_key(chunk.column(key))
+        held = chunk.slice(cut)
+        upto = _count_less(new_keys, last, pos)
+        _merge_into(w, chunk.slice(0, cut), rows.slice(pos, upto - pos), key, ctx.config.exp_column)
+        pos = upto
+    rest = rows.slice(pos)
+    _merge_into(w, held if held is not None else rows.schema.empty_table(), rest, key, ctx.config.exp_column)
+    ch.inserted = rows.num_rows
+    if current.runs:
+        ch.dropped_runs.append(current.runs[0].name)
+    desc = w.finish()
+    w.close()
+    if desc.blocks.size:
+        ch.new_runs.append(desc)
+        ch.runs.append(LiveRun.of(desc, 0))
+    else:  # nothing left: the sub-index is empty and the new file is not needed
+        ctx.created.remove(w.path)
+        files.FS.remove(w.path)
+    ch.blocks_written, ch.bytes_written = int(desc.blocks.size), desc.file_bytes
+    return ch
+
+
+def _old_chunks(ctx: MaintenanceContext, run: LiveRun, ch: SubIndexChange, delete_upto: int | None) -> Iterator[pa.Table]:
+    """The live run's records with exp > ``delete_upto``, in (key, exp) order, as tables of
+    about MERGE_CHUNK_BYTES read sequentially. Wholly expired blocks are skipped unread."""
+    desc = ctx.descriptor(run.name)
+    blocks = desc.blocks[run.first_live:]
+    exp = ctx.config.exp_column
+    if delete_upto is not None:
+        dead = blocks["max_exp"] <= delete_upto
+        ch.deleted += int(blocks["rows"][dead].sum())
+        blocks = blocks[~dead]
+    fd = ctx.open_files.fd(run.name, sequential=True)
+    schema = physical_schema(ctx.schema)
+    parts, size = [], 0
+    for e, batch in read_blocks(fd, blocks, schema, f"sub-index I{ch.i + 1}, run {run.name}"):
+        ch.blocks_read += 1
+        ch.bytes_read += int(e["length"])
+        if delete_upto is not None and int(e["min_exp"]) <= delete_upto:
+            keep = np.asarray(batch.column(exp).to_numpy() > delete_upto)
+            ch.deleted += int(keep.size - keep.sum())
+            batch = batch.filter(pa.array(keep))
+        parts.append(batch)
+        size += int(e["length"])
+        if size >= MERGE_CHUNK_BYTES:
+            yield pa.Table.from_batches(parts, schema)
+            parts, size = [], 0
+    if parts:
+        yield pa.Table.from_batches(parts, schema)
+
+
+def _first_of_last_key(keys: pa.ChunkedArray) -> int:
+    """Index of the first row holding the last (largest) key of a sorted column."""
+    return len(keys) - int(pc.sum(pc.equal(keys, keys[-1])).as_py())
+
+
+def _count_less(keys: pa.ChunkedArray, value, start: int) -> int:
+    """Index of the first row at or after ``start`` whose key is >= ``value`` (keys sorted)."""
+    return start + int(pc.sum(pc.less(keys.slice(start), value)).as_py() or 0)
+
+
+def _merge_into(w: RunWriter, old: pa.Table, new: pa.Table, key: str, exp: str) -> None:
+    """Writes the union of two tables sorted by (key, exp), in (key, exp) order."""
+    if not new.num_rows:
+        if old.num_rows:
+            w.add(old)
+        return
+    if not old.num_rows:
+        w.add(new)
+        return
+    both = pa.concat_tables([old, new])
+    k = both.column(key)
+    if pa.types.is_integer(k.type):
+        order = np.lexsort([both.column(exp).to_numpy(), k.to_numpy()])
+    else:
+        order = pc.sort_indices(both, [(key, "ascending"), (exp, "ascending")]).to_numpy()
+    w.add(both.take(pa.array(order)))

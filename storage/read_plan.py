@@ -1,0 +1,101 @@
+"""Read planning: which blocks of which run files answer a probe, a key range or a scan.
+
+Planning needs only the committed version and the run descriptors; it reads no data. It
+returns ``ReadTask``s, each a list of blocks of one run file plus the filter to apply, and every
+reader (the Python reader, the Flight server, Spark partitions on executors) executes the same
+tasks with ``task_reader.execute``. A task skips blocks whose records all expired by ``as_of``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .manifest import ArchiveState
+from .run_descriptor import RunDescriptor
+
+SCAN_TASK_BYTES = 64 << 20  # a scan task reads at most this much (one Spark partition)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Records whose key is one of ``keys``."""
+
+    keys: tuple
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """Records with lo <= key <= hi (None: open on that side)."""
+
+    lo: Any = None
+    hi: Any = None
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Every record."""
+
+
+ReadRequest = Probe | KeyRange | Scan
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """Blocks of one run file to read and how to filter them. Picklable, so that a Spark task
+    can execute it on an executor that mounts the archive's data directory."""
+
+    subindex: int  # 0-based
+    file: str  # run file name in the data directory
+    blocks: np.ndarray  # BLOCK entries, in file order
+    as_of: int  # return records with ts <= as_of < exp
+    key_ranges: tuple = ()  # ((lo, hi), ...) keys to keep; () keeps every key (a scan)
+
+    @property
+    def bytes(self) -> int:
+        return int(self.blocks["length"].sum())
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.key_ranges)
+
+
+def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], request: ReadRequest, as_of: int,
+         subindices: list[int] | None = None) -> list[ReadTask]:
+    """The tasks that answer ``request`` as of ``as_of`` (sub-indices 0-based, all by default)."""
+    if isinstance(request, Probe):
+        ranges = tuple((k, k) for k in sorted(set(request.keys)))
+    elif isinstance(request, KeyRange):
+        if request.lo is not None and request.hi is not None and request.lo > request.hi:
+            return []
+        ranges = ((request.lo, request.hi),)
+    else:
+        ranges = ()
+    tasks = []
+    for i in (range(len(state.subindices)) if subindices is None else subindices):
+        for run in state.subindices[i].runs:
+            if run.max_exp <= as_of:
+                continue
+            desc = descriptor(run.name)
+            if ranges:
+                idx = np.unique(np.concatenate([desc.key_blocks(lo, hi, run.first_live) for lo, hi in ranges]))
+                blocks = desc.blocks[idx]
+            else:
+                blocks = desc.blocks[run.first_live:]
+            blocks = blocks[blocks["max_exp"] > as_of]
+            if not blocks.size:
+                continue
+            if ranges:
+                tasks.append(ReadTask(i, run.name, blocks, as_of, ranges))
+            else:
+                tasks += [ReadTask(i, run.name, part, as_of) for part in _split(blocks, SCAN_TASK_BYTES)]
+    return tasks
+
+
+def _split(blocks: np.ndarray, limit: int) -> list[np.ndarray]:
+    """``blocks`` in consecutive parts of at most ``limit`` bytes (at least one block each)."""
+    ends = np.cumsum(blocks["length"].astype(np.int64))
+    cuts = np.unique(np.searchsorted(ends, np.arange(limit, int(ends[-1]), limit), side="right"))
+    return [p for p in np.split(blocks, cuts) if p.size]

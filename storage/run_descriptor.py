@@ -1,0 +1,100 @@
+"""A run: one immutable data file of a sub-index, and the directory of its blocks.
+
+A run file is a sequence of blocks (``block_format``). Its descriptor has one entry per block:
+byte offset and length, row count, exp range, largest ts, expiration slot (NoRebuild sections;
+-1 in Rebuild runs), checksum, and the first and last key. Blocks are grouped in *sections* of
+equal ``slot``, in ascending slot order; inside a section records are sorted by (key, exp), so
+a key's records are one contiguous stretch of each section.
+
+Descriptors are written by whoever writes the run file (the update, or a Spark task) and adopted
+by the commit, which stores them sealed (``checksum.seal``) in the archive's metadata.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .checksum import seal, unseal
+
+BLOCK = np.dtype([
+    ("offset", "<u8"), ("length", "<u4"), ("rows", "<u4"), ("min_exp", "<i8"), ("max_exp", "<i8"),
+    ("max_ts", "<i8"), ("slot", "<i8"), ("checksum", "<u8"),
+])
+_TAG = b"RUN2"
+_LEN = struct.Struct("<I")
+
+
+@dataclass
+class RunDescriptor:
+    """The blocks of one run file (``name`` in the archive's data directory)."""
+
+    name: str
+    subindex: int
+    blocks: np.ndarray  # BLOCK entries in file order
+    first_keys: list  # per block (int or str)
+    last_keys: list
+    sections: np.ndarray = field(init=False)  # start block of each section, then len(blocks)
+
+    def __post_init__(self) -> None:
+        slot = self.blocks["slot"]
+        starts = np.flatnonzero(np.diff(slot)) + 1 if slot.size > 1 else np.zeros(0, np.int64)
+        self.sections = np.concatenate([[0], starts, [slot.size]]).astype(np.int64) if slot.size else np.zeros(1, np.int64)
+
+    @property
+    def file_bytes(self) -> int:
+        b = self.blocks
+        return int(b["offset"][-1] + b["length"][-1]) if b.size else 0
+
+    def first_live_after(self, slot: int) -> int:
+        """Index of the first block whose section slot is > ``slot`` (NoRebuild deletion:
+        every block before it holds only records expiring at or before ``slot``)."""
+        return int(np.searchsorted(self.blocks["slot"], slot, side="right"))
+
+    def key_blocks(self, lo, hi, first_live: int) -> np.ndarray:
+        """Indices of the live blocks that may hold keys in [lo, hi] (None = open), one
+        contiguous stretch per section."""
+        out = []
+        secs = self.sections
+        for s in range(secs.size - 1):
+            a, b = max(int(secs[s]), first_live), int(secs[s + 1])
+            if a >= b:
+                continue
+            start = a if lo is None else bisect.bisect_left(self.last_keys, lo, a, b)
+            stop = b if hi is None else bisect.bisect_right(self.first_keys, hi, a, b)
+            if start < stop:
+                out.append(np.arange(start, stop))
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+    # -- storage ------------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        int_keys = all(isinstance(k, int) for k in self.first_keys)
+        head = json.dumps({"name": self.name, "subindex": self.subindex, "n": int(self.blocks.size),
+                           "keys": "int" if int_keys else "str"}).encode()
+        if int_keys:
+            keys = np.array(self.first_keys + self.last_keys, dtype="<i8").tobytes()
+        else:
+            keys = json.dumps([self.first_keys, self.last_keys]).encode()
+        body = _LEN.pack(len(head)) + head + np.ascontiguousarray(self.blocks, BLOCK).tobytes() + keys
+        return seal(_TAG, body)
+
+    @staticmethod
+    def from_bytes(value: bytes, what: str) -> "RunDescriptor":
+        """Parses a sealed descriptor; CorruptionError naming ``what`` if damaged."""
+        body = unseal(_TAG, value, what)
+        (hl,) = _LEN.unpack_from(body)
+        head = json.loads(bytes(body[4:4 + hl]))
+        n = head["n"]
+        pos = 4 + hl
+        blocks = np.frombuffer(body, BLOCK, n, pos).copy()
+        pos += n * BLOCK.itemsize
+        if head["keys"] == "int":
+            keys = np.frombuffer(body, "<i8", 2 * n, pos).tolist()
+            first, last = keys[:n], keys[n:]
+        else:
+            first, last = json.loads(bytes(body[pos:]))
+        return RunDescriptor(head["name"], head["subindex"], blocks, first, last)

@@ -1,0 +1,72 @@
+"""Writes one run file from sorted records and returns its descriptor.
+
+This needs nothing but a directory and the records: no metadata, no lock. An update calls it
+for each run it creates; a Spark task can call it on an executor and hand the small descriptor
+back to the driver, whose commit adopts the file. Until a commit references it, a run file is
+invisible to readers and removed by recovery.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from . import files
+from .block_format import encode_blocks
+from .faults import crash_point
+from .run_descriptor import BLOCK, RunDescriptor
+
+
+class RunWriter:
+    """Appends sorted tables as blocks to a new run file; ``finish`` makes it durable."""
+
+    def __init__(self, data_dir: str, name: str, subindex: int, key: str, ts: str, exp: str, block_bytes: int):
+        self.name, self.subindex = name, subindex
+        self.path = os.path.join(data_dir, name)
+        self._cols = (key, ts, exp)
+        self._block_bytes = block_bytes
+        self._file = files.FS.create(self.path)
+        self._entries: list[tuple] = []
+        self._first: list = []
+        self._last: list = []
+
+    def add(self, table: pa.Table, slots: np.ndarray | None = None) -> None:
+        """Appends records sorted by (slot, key, exp), continuing the order of earlier calls."""
+        key, ts, exp = self._cols
+        for blk in encode_blocks(table, key, ts, exp, self._block_bytes, slots):
+            self._entries.append((self._file.size, blk.data.size, blk.rows, blk.min_exp, blk.max_exp,
+                                  blk.max_ts, blk.slot, blk.checksum))
+            self._first.append(blk.first_key)
+            self._last.append(blk.last_key)
+            self._file.write(blk.data)
+            crash_point("run.block_written")
+
+    @property
+    def bytes_written(self) -> int:
+        return self._file.size
+
+    def finish(self) -> RunDescriptor:
+        """fsyncs the file and returns its descriptor (the caller syncs the directory)."""
+        self._file.sync()
+        self._file.close()
+        blocks = np.array(self._entries, dtype=BLOCK) if self._entries else np.zeros(0, BLOCK)
+        return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def write_run(data_dir: str, name: str, subindex: int, parts: Iterable[tuple[pa.Table, np.ndarray | None]],
+              key: str, ts: str, exp: str, block_bytes: int) -> RunDescriptor:
+    """Writes ``parts`` (each a sorted table and its section slots) as one durable run file.
+    On failure the partial file is left for the caller (or recovery) to remove."""
+    w = RunWriter(data_dir, name, subindex, key, ts, exp, block_bytes)
+    try:
+        for table, slots in parts:
+            w.add(table, slots)
+        return w.finish()
+    finally:
+        w.close()

@@ -1,0 +1,93 @@
+"""The pure part of an update: slots, the sub-index of each record, and what the update touches.
+
+Nothing here reads or writes a file. Given the configuration, the last committed slot and a
+validated batch, ``plan_update`` computes each record's insertion and expiration slot and
+sub-index (docs/spec.md sections 2 and 3), drops records already expired, orders the rest the
+way maintenance writes them, and lists the sub-indices the update may insert into and delete
+from. ``touched`` then narrows the deletions to sub-indices that hold expiring records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .block_format import INS_SLOT
+from .config import ArchiveConfig
+from .manifest import ArchiveState
+
+
+@dataclass
+class UpdatePlan:
+    slot: int  # j: this update runs at T_j
+    time: int  # T_j
+    bulk: bool  # the initial load at tau: insertion slot = slot(ts)
+    deletion_slots: tuple[int, int] | None  # [first, last] slots whose deletions run now
+    planned_insert: list[int]  # sub-indices (0-based) records of this update may go to
+    planned_delete: list[int]  # sub-indices that may hold records expiring in deletion_slots
+    rows: pa.Table  # live input records + INS_SLOT, sorted by (sub-index, [exp slot], key, exp)
+    exp_slots: np.ndarray  # expiration slot of each row of ``rows``
+    cuts: np.ndarray  # rows of sub-index i are rows[cuts[i]:cuts[i+1]]
+    input_rows: int
+    dropped: int  # records already expired when loaded (not stored)
+
+    def rows_of(self, i: int) -> tuple[pa.Table, np.ndarray]:
+        a, b = int(self.cuts[i]), int(self.cuts[i + 1])
+        return self.rows.slice(a, b - a), self.exp_slots[a:b]
+
+
+def plan_update(cfg: ArchiveConfig, last_slot: int | None, j: int, table: pa.Table) -> UpdatePlan:
+    """The plan of the update of slot ``j`` with the validated ``table`` (archive schema)."""
+    tm, layout = cfg.time, cfg.layout_obj
+    at = tm.time_of(j)
+    bulk = last_slot is None and j == 0
+    ts = table.column(cfg.ts_column).to_numpy()
+    exp = table.column(cfg.exp_column).to_numpy()
+    live = exp > at
+    dropped = int(table.num_rows - np.count_nonzero(live))
+    if dropped:
+        table, ts, exp = table.filter(pa.array(live)), ts[live], exp[live]
+    k_ins = tm.slots(ts) if bulk else np.full(table.num_rows, j, dtype=np.int64)
+    k_exp = tm.slots(exp)
+    sub = layout.subindex_of(k_ins, k_exp)
+    order = _order(table.column(cfg.key_column), exp, sub, k_exp if cfg.mode == "norebuild" else None)
+    rows = table.append_column(pa.field(INS_SLOT, pa.int64(), nullable=False), pa.array(k_ins, pa.int64()))
+    if rows.num_rows > 1:
+        rows = rows.take(pa.array(order))
+    sub_sorted = sub[order]
+    cuts = np.searchsorted(sub_sorted, np.arange(layout.n + 1))
+    if last_slot is None:
+        deletion, planned_delete = None, []
+    else:
+        deletion = (last_slot + 1, j)
+        if j - last_slot > tm.p:
+            planned_delete = list(range(layout.n))  # more than a lifetime missed: every column
+        else:
+            planned_delete = layout.delete_targets(range(last_slot + 1, j + 1))
+    return UpdatePlan(
+        slot=j, time=at, bulk=bulk, deletion_slots=deletion,
+        planned_insert=list(range(layout.n)) if bulk else layout.insert_targets(j),
+        planned_delete=planned_delete, rows=rows, exp_slots=k_exp[order], cuts=cuts,
+        input_rows=table.num_rows + dropped, dropped=dropped,
+    )
+
+
+def _order(keys: pa.ChunkedArray, exp: np.ndarray, sub: np.ndarray, k_exp: np.ndarray | None) -> np.ndarray:
+    """Row order by (sub-index, expiration slot if given, key, exp)."""
+    if pa.types.is_integer(keys.type):
+        cols = [exp, keys.to_numpy()] + ([k_exp] if k_exp is not None else []) + [sub]
+        return np.lexsort(cols)
+    t = pa.table({"s": sub, "x": k_exp if k_exp is not None else np.zeros_like(sub), "k": keys, "e": exp})
+    return pc.sort_indices(t, [("s", "ascending"), ("x", "ascending"), ("k", "ascending"), ("e", "ascending")]).to_numpy()
+
+
+def touched(plan: UpdatePlan, state: ArchiveState) -> tuple[set[int], set[int]]:
+    """(delete set, insert set): planned deletion targets holding a record with exp <= T, and
+    the sub-indices that receive records."""
+    deletes = {i for i in plan.planned_delete
+               if state.subindices[i].min_exp is not None and state.subindices[i].min_exp <= plan.time}
+    inserts = {i for i in range(len(plan.cuts) - 1) if plan.cuts[i + 1] > plan.cuts[i]}
+    return deletes, inserts
