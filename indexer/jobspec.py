@@ -65,7 +65,7 @@ QUERY_FIELDS = {
     "lifetime": ("kind", "key", "sources", "source", "select", "filter", "max_lifetime"),
 }
 ARCHIVE_FIELDS = ("path", "layout", "partitioning", "split", "G", "E", "n", "mode", "interval", "start",
-                  "max_lifetime", "bucket_capacity")
+                  "max_lifetime", "block_bytes")
 
 
 class JobError(UsageError):
@@ -136,7 +136,7 @@ class ArchiveSpec:
     interval: int = 1
     start: int = 0
     max_lifetime: int | None = None
-    bucket_capacity: int | None = None
+    block_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -324,7 +324,7 @@ def load_job(path: str) -> Job:
         interval=_positive(_get(a, "interval", int, "archive"), "archive.interval"),
         start=_get(a, "start", int, "archive"),
         max_lifetime=_positive(_get(a, "max_lifetime", int, "archive", None), "archive.max_lifetime"),
-        bucket_capacity=_get(a, "bucket_capacity", int, "archive", None),
+        block_bytes=_get(a, "block_bytes", int, "archive", None),
     )
     return Job(path=os.path.abspath(path), time_unit=unit, origin_us=_origin_us(_get(j, "origin", str, "job", None)),
                late_policy=_get(j, "late_policy", str, "job", "drop", choices=("drop", "fail")),

@@ -31,7 +31,7 @@ import pyarrow as pa
 from ..storage.archive import Archive, ArchiveBusy
 from ..storage.errors import RejectedBatch
 from ..storage.files import LockHeld, exclusive_lock
-from ..storage.manifest import ArchiveConfig
+from ..storage.config import ArchiveConfig, build_config
 from . import events
 from .jobspec import TIME_UNITS_US, Job, JobError
 from .landing import LandedFile, list_files, new_files
@@ -80,17 +80,18 @@ def fingerprint(job: Job) -> str:
 
 
 def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
-    """The archive a job creates: its [archive] section, with ``auto`` resolved."""
+    """The archive a job creates: its [archive] section, with ``auto`` resolved (checked and
+    completed by storage's ``build_config``, as ``ebb init`` is)."""
     a = job.archive
     layout = cls.layout if a.layout == "auto" else a.layout
     s = a.max_lifetime or cls.max_lifetime
     p = -(-s // a.interval)
-    n = a.n or min(4, p)
-    return ArchiveConfig(
-        layout=layout, partitioning=a.partitioning, split=a.split, G=a.G or min(2, p),
-        E=a.E or min(2, p), n_wave=n, mode=a.mode, tau=a.start, delta=a.interval,
-        max_lifetime=-(-s // a.interval) * a.interval, key_column=job.query.key, ts_column="ts", exp_column="exp",
-        bucket_capacity=a.bucket_capacity, time_unit=job.time_unit,
+    doubly = layout == "doubly"
+    return build_config(
+        layout=layout, mode=a.mode, interval=a.interval, max_lifetime=s, start=a.start,
+        partitioning=a.partitioning, split=a.split, G=(a.G or min(2, p)) if doubly else None,
+        E=(a.E or min(2, p)) if doubly else None, n=None if doubly else (a.n or min(4, p)),
+        key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit,
     )
 
 

@@ -3,7 +3,8 @@
 Quiet by default: the JVM that PySpark launches inherits this process's stdout and stderr, and
 prints its start-up warnings and log4j lines there. Unless ``verbose``, both are pointed at a
 temporary file while the JVM starts (it keeps them), so a user sees ebb's lines only; the file
-is read back for the message if Spark fails to start.
+is read back for the message if Spark fails to start. PySpark's own loggers of analysis errors
+are switched off too: ebb reports those errors as one line.
 """
 
 from __future__ import annotations
@@ -101,4 +102,9 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, app: 
             raise SparkUnavailable(f"Spark did not start ({JAVA_NEEDED}; run with --verbose to see its output): "
                                    f"{detail}") from e
     spark.sparkContext.setLogLevel("ERROR")
+    # PySpark also logs every analysis error it raises, as JSON on stderr; ebb reports them itself
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
     return spark

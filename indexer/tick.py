@@ -73,7 +73,8 @@ def result_frame(job: Job, inputs: dict, lo: int | None, hi: int | None):
             return None
         columns = df.columns  # analyses the plan
     except (AnalysisException, ParseException) as e:
-        raise JobError(f"query: Spark cannot run it: {str(e).splitlines()[0]}") from None
+        first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
+        raise JobError(f"query: Spark cannot run it: {first}") from None
     for reserved in ("ts", "exp"):
         if columns.count(reserved) > 1:
             raise JobError(f"query.select: the output may not have its own {reserved!r} column")

@@ -74,8 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--E", type=int, help="doubly: partitions of expiration time (default 2)")
     c.add_argument("--n", type=int, help="wave: number of sub-indices (default 4)")
     c.add_argument("--mode", required=True, choices=["rebuild", "norebuild"],
-                   help="rebuild: rewrite touched sub-indices, one bucket per key (REINDEX); "
-                   "norebuild: fixed-size buckets changed in place, copy-on-write (DEL)")
+                   help="rebuild: rewrite each touched sub-index as one run sorted by key (REINDEX); "
+                   "norebuild: each update adds one run, sectioned by expiration slot, and deletions drop "
+                   "expired sections without rewriting anything (DEL)")
     c.add_argument("--max-lifetime", type=int, required=True, metavar="S", help="largest lifetime exp - ts, in chronons")
     c.add_argument("--interval", type=int, required=True, metavar="DELTA", help="time between updates, in chronons")
     c.add_argument("--start", type=int, required=True, metavar="TAU", help="time of the initial bulk load")
@@ -84,10 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--exp-column", default="exp", help="expiration column, int64, exclusive (default: exp)")
     c.add_argument("--accept-overlong", action="store_true",
                    help="store records whose lifetime exceeds S instead of rejecting the batch")
-    c.add_argument("--bucket-capacity", type=int, metavar="BYTES",
-                   help="norebuild: bucket (slot) size; default: sized at the first load for ~2.5 buckets per key per sub-index")
+    c.add_argument("--block-bytes", type=int, metavar="BYTES",
+                   help="target size of a data block, the unit of reads and checksums (default: 131072)")
     c.add_argument("--time-unit", help="what one chronon is (e.g. s, ms); recorded for readers")
-    c.add_argument("--seed", type=int, default=0, help="random partitioning: the hash seed (default: drawn at random)")
+    c.add_argument("--seed", type=int, default=None, help="random partitioning: the hash seed (default: drawn at random)")
 
     c = cmd("load", "apply one periodic update from a Parquet file",
             "Apply one update at time T = TAU + j*DELTA: delete every record with exp <= T, then insert "
@@ -119,9 +120,9 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
 
     c = cmd("stats", "sizes, slots and the I/O of every update",
-            "Show the archive's configuration, each sub-index's size (records, bytes, buckets) and the "
+            "Show the archive's configuration, each sub-index's size (records, bytes, blocks, runs) and the "
             "insertion and expiration slots it currently holds, and the update log: per update the sub-indices "
-            "read and written, buckets and bytes read and written (by ebb and by the OS), records inserted, "
+            "read and written, blocks and bytes read and written (by ebb and by the OS), records inserted, "
             "deleted and dropped as already expired, and wall time.")
     c.add_argument("path", help="archive directory")
     c.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
@@ -135,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
 
     c = cmd("verify", "check every invariant and checksum",
-            "Check the committed state: bucket checksums, directory entries, sort order, that no expired "
+            "Check the committed state: block and metadata checksums, block directories, sort order, that no expired "
             "record is stored, that every record is in the sub-index docs/spec.md assigns it, and the "
             "manifest's sizes. Exits 5 if anything is wrong.")
     c.add_argument("path", help="archive directory")
@@ -190,24 +191,18 @@ def main(argv: list[str] | None = None) -> int:
 # -- commands ------------------------------------------------------------------------------------
 def _cmd_init(a) -> int:
     from ..storage.archive import Archive
-    from ..storage.manifest import ArchiveConfig
-    from ..storage.timemodel import TimeModel
+    from ..storage.config import build_config
 
-    if a.layout == "doubly" and a.n is not None:
-        raise UsageError("--n is for wave indices; a doubly partitioned index takes --G and --E")
-    if a.layout == "wave" and (a.G is not None or a.E is not None):
-        raise UsageError("--G/--E are for doubly partitioned indices; a wave index takes --n")
-    tm = TimeModel.create(a.start, a.interval, a.max_lifetime)
-    cfg = ArchiveConfig(
-        layout=a.layout, partitioning=a.partitioning, split=a.split, G=a.G or 2, E=a.E or 2, n_wave=a.n or 4,
-        mode=a.mode, tau=tm.tau, delta=tm.delta, max_lifetime=tm.max_lifetime, key_column=a.key_column,
+    cfg = build_config(
+        layout=a.layout, mode=a.mode, interval=a.interval, max_lifetime=a.max_lifetime, start=a.start,
+        partitioning=a.partitioning, G=a.G, E=a.E, split=a.split, n=a.n, key_column=a.key_column,
         ts_column=a.ts_column, exp_column=a.exp_column, accept_overlong=a.accept_overlong,
-        bucket_capacity=a.bucket_capacity, seed=a.seed, time_unit=a.time_unit,
+        block_bytes=a.block_bytes, seed=a.seed, time_unit=a.time_unit,
     )
     with Archive.create(a.path, cfg) as arc:
-        note = f" (S rounded up to {tm.max_lifetime})" if tm.max_lifetime != a.max_lifetime else ""
+        note = f" (S rounded up to {cfg.max_lifetime})" if cfg.max_lifetime != a.max_lifetime else ""
         print(f"created {arc.path}: {cfg.layout_obj.describe()}, {cfg.mode}, n={cfg.n}, "
-              f"tau={cfg.tau} Delta={cfg.delta} S={cfg.max_lifetime}{note} p={tm.p}")
+              f"tau={cfg.tau} Delta={cfg.delta} S={cfg.max_lifetime}{note} p={cfg.time.p}")
     return 0
 
 
@@ -231,7 +226,7 @@ def _cmd_load(a) -> int:
 def _update_line(r: dict) -> str:
     return (f"update {r['seq']} at T={r['time']} (slot {r['slot']}, {r['kind']}): +{r['inserted']} -{r['deleted']} "
             f"dropped {r['dropped_expired']} expired; touched {_ids(r['subindices_touched'])}; "
-            f"read {r['buckets_read']} buckets/{_size(r['bytes_read'])}, wrote {r['buckets_written']} buckets/{_size(r['bytes_written'])} "
+            f"read {r['blocks_read']} blocks/{_size(r['bytes_read'])}, wrote {r['blocks_written']} blocks/{_size(r['bytes_written'])} "
             f"(OS: read {_size(r['os_read_bytes'])}, wrote {_size(r['os_write_bytes'])}); {r['wall_seconds'] * 1000:.1f} ms")
 
 
@@ -308,10 +303,10 @@ def _cmd_stats(a) -> int:
     if s["schema"]:
         print(f"schema    {', '.join(s['schema'])}")
     print()
-    print(f"{'sub':>5} {'records':>10} {'bytes':>12} {'buckets':>8}  {'insertion slots':<22} expiration slots")
+    print(f"{'sub':>5} {'records':>10} {'bytes':>12} {'blocks':>8}  {'insertion slots':<22} expiration slots")
     for x in s["subindices"]:
         fmt = lambda runs: ",".join(f"{a_}..{b_}" if a_ != b_ else str(a_) for a_, b_ in runs) or "-"
-        print(f"{'I' + str(x['subindex']):>5} {x['records']:>10} {x['bytes']:>12} {x['buckets']:>8}  "
+        print(f"{'I' + str(x['subindex']):>5} {x['records']:>10} {x['bytes']:>12} {x['blocks']:>8}  "
               f"{fmt(x['insertion_slots']):<22} {fmt(x['expiration_slots'])}")
     log = s["update_log"][-a.updates:] if a.updates else []
     if log:

@@ -26,6 +26,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -91,6 +92,8 @@ def _flight_error(e: Exception, where: str) -> flight.FlightError:
         what = "a data file of the archive has vanished"
     elif isinstance(e, CorruptionError):
         what = "the archive's data failed a checksum"
+    elif isinstance(e, EbbError):  # the storage's own words, without the server's paths
+        what = re.sub(r"(?<![\w.])/\S+", "<file>", " ".join(str(e).split()))
     elif isinstance(e, OSError):
         what = f"the archive's files cannot be read ({e.strerror or type(e).__name__})"
     else:
@@ -102,7 +105,7 @@ def _flight_error(e: Exception, where: str) -> flight.FlightError:
 def describe(snap: Snapshot, name: str) -> dict[str, Any]:
     """What the archive holds in the committed state of ``snap`` (no file paths)."""
     cfg, st = snap.config, snap.state
-    subs = [{"subindex": i + 1, "records": s.records, "bytes": s.bytes, "buckets": s.buckets}
+    subs = [{"subindex": i + 1, "records": s.records, "bytes": s.bytes, "blocks": s.blocks}
             for i, s in enumerate(st.subindices)]
     return {
         "archive": name,
@@ -123,7 +126,7 @@ def describe(snap: Snapshot, name: str) -> dict[str, Any]:
         # scan as of the last update
         "records": sum(s["records"] for s in subs),
         "bytes": sum(s["bytes"] for s in subs),
-        "buckets": sum(s["buckets"] for s in subs),
+        "blocks": sum(s["blocks"] for s in subs),
         "subindices": subs,
     }
 

@@ -1,14 +1,16 @@
-"""Writes query results in the formats the CLI offers: table, jsonl, csv, parquet."""
+"""Writes query results in the formats the CLI offers: table, jsonl, csv, parquet.
+
+pyarrow.csv and pyarrow.parquet are imported only for their formats: ``ebb probe`` should start
+in well under a second."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import IO, Iterable
+from typing import IO, TYPE_CHECKING, Iterable
 
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMATS = ("table", "jsonl", "csv", "parquet")
 _MAX_CELL = 40
@@ -24,6 +26,8 @@ def write(batches: Iterable[pa.RecordBatch], schema: pa.Schema, fmt: str, out: s
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet":
+        import pyarrow.parquet as pq
+
         if not out:
             raise ValueError("--format parquet needs --out FILE")
         rows = 0
@@ -33,6 +37,8 @@ def write(batches: Iterable[pa.RecordBatch], schema: pa.Schema, fmt: str, out: s
                 rows += b.num_rows
         return rows
     if fmt == "csv":
+        import pyarrow.csv as pacsv
+
         sink = out if out else sys.stdout.buffer
         rows = 0
         with pacsv.CSVWriter(sink, schema) as w:

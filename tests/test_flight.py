@@ -6,6 +6,8 @@ call; the CLI serves and probes through it."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -247,4 +249,46 @@ def test_serve_refuses_a_missing_archive_and_a_busy_port(tmp_path, server):
     r = ebb("serve", tmp_path / "nope", "--port", "0")
     assert r.returncode == 1 and "not an ebb archive" in r.stderr
     r = ebb("serve", server.archive.path, "--port", str(server.port))
-    assert r.returncode == 1 and "cannot serve" in r.stderr
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"ebb: error: port {server.port} on 127.0.0.1 is already in use (another `ebb serve`?); "
+        "choose another with --port, or --port 0 for a free one"]
+
+
+def test_a_vanished_data_file_is_a_clean_error(built, tmp_path):
+    path = str(tmp_path / "copy")
+    shutil.copytree(built[0], path)
+    for f in os.listdir(os.path.join(path, "data")):
+        os.remove(os.path.join(path, "data", f))
+    with ArchiveFlightServer(path, port=0) as s:
+        c = FlightArchiveClient(s.url)
+        for call in (lambda: c.probe(3), lambda: c.probe_range(0, 40), lambda: c.scan_table()):
+            with pytest.raises(flight.FlightInternalError) as e:
+                call()
+            msg = error_message(e.value)
+            assert msg.startswith("ebb: the server cannot answer (do_get): ") and "ebb verify" in msg, msg
+            assert str(tmp_path) not in str(e.value) and "Traceback" not in str(e.value)
+        assert c.info()["records"] > 0  # metadata still answers
+
+
+def test_deep_tickets_ipv6_host_port_and_needless_tokens(built, server):
+    c = FlightArchiveClient(server.url)
+    with pytest.raises(flight.FlightServerError, match="nested too deeply"):
+        c._client.do_get(flight.Ticket(b"[" * 30000 + b"]" * 30000)).read_all()
+    assert c.probe(3).num_rows > 0  # still serving
+    # host:port without the scheme
+    host_port = server.url.removeprefix("grpc://")
+    assert rows_multiset(FlightArchiveClient(host_port).probe(3)) == rows_multiset(c.probe(3))
+    r = ebb("probe", "--server", host_port, 3, "--token", TOKEN, "--format", "jsonl")
+    assert r.returncode == 0 and "needs no token" in r.stderr and r.stdout
+    r = ebb("probe", "--server", "nonsense", 3)
+    assert r.returncode == 2 and "neither grpc://HOST:PORT nor HOST:PORT" in r.stderr
+    # --host :: binds every interface, IPv6 included, with a bracketed URL
+    p, url = _start_serve(built[0], "--host", "::")
+    try:
+        assert url.startswith("grpc://[::]:")
+        r = ebb("probe", "--server", f"[::1]:{url.rsplit(':', 1)[1]}", 3, "--format", "jsonl")
+        assert r.returncode == 0, r.stderr
+        assert len(r.stdout.splitlines()) == c.probe(3).num_rows
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
