@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--accept-overlong", action="store_true",
                    help="store records whose lifetime exceeds S instead of rejecting the batch")
     c.add_argument("--block-bytes", type=int, metavar="BYTES",
-                   help="target size of a data block, the unit of reads and checksums (default: 131072)")
+                   help="target size of a data block, the unit of reads and checksums (default: 524288)")
     c.add_argument("--time-unit", help="what one chronon is (e.g. s, ms); recorded for readers")
     c.add_argument("--seed", type=int, default=None, help="random partitioning: the hash seed (default: drawn at random)")
 

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..storage.archive import Archive
+from ..storage.arrow_np import from_np, to_np
 from ..storage.read_plan import KeyRange, Probe, ReadTask, Scan
 from ..storage.snapshot import Snapshot
 
@@ -30,7 +31,7 @@ class ReadStats:
 
     def count(self, task: ReadTask) -> None:
         self.subindices_read.add(task.subindex + 1)
-        self.blocks_read += int(task.blocks.size)
+        self.blocks_read += len(task.blocks)
         self.bytes_read += task.bytes
 
     def to_dict(self) -> dict:
@@ -134,8 +135,8 @@ def _ordered(table: pa.Table, key: str, exp: str, ts: str) -> pa.Table:
         return table
     k = table.column(key)
     if pa.types.is_integer(k.type):
-        order = np.lexsort([table.column(ts).to_numpy(), table.column(exp).to_numpy(), k.to_numpy()])
-        if (np.diff(order) == 1).all():
+        order = np.lexsort([to_np(table.column(ts)), to_np(table.column(exp)), to_np(k)])
+        if (order[1:] > order[:-1]).all():
             return table
-        return table.take(pa.array(order))
+        return table.take(from_np(order))
     return table.sort_by([(key, "ascending"), (exp, "ascending"), (ts, "ascending")])

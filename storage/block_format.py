@@ -14,7 +14,6 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .checksum import block_checksum
 from .errors import CorruptionError
@@ -30,6 +29,8 @@ def physical_schema(schema: pa.Schema) -> pa.Schema:
 def row_sizes(table: pa.Table) -> np.ndarray:
     """Approximate encoded bytes of each row (fixed widths, plus offsets and bytes of
     string/binary values), used only to cut blocks to size."""
+    import pyarrow.compute as pc  # the write path only; reads need not load it
+
     size = np.zeros(table.num_rows, np.int64)
     for col in table.columns:
         t = col.type
@@ -92,16 +93,15 @@ def encode_blocks(table: pa.Table, key: str, ts: str, exp: str, block_bytes: int
         base += m
 
 
-def decode_block(data: pa.Buffer, schema: pa.Schema, entry, what: str) -> pa.RecordBatch:
-    """The records of one block (``schema`` is the physical schema), after checking its
-    checksum and shape against its descriptor ``entry``; CorruptionError naming ``what``."""
-    if data.size != int(entry["length"]) or block_checksum(data) != int(entry["checksum"]):
-        raise CorruptionError(f"{what}: block at byte {int(entry['offset'])} fails its checksum")
+def decode_block(data: pa.Buffer, schema: pa.Schema, offset: int, rows: int, checksum: int, what: str) -> pa.RecordBatch:
+    """The records of the block at ``offset`` (``schema`` is the physical schema), after
+    checking its checksum and row count against its descriptor; CorruptionError naming ``what``."""
+    if block_checksum(data) != checksum:
+        raise CorruptionError(f"{what}: block at byte {offset} fails its checksum")
     try:
         batch = pa.ipc.read_record_batch(data, schema)
     except (pa.ArrowInvalid, pa.ArrowIOError, ValueError) as e:
-        raise CorruptionError(f"{what}: block at byte {int(entry['offset'])} cannot be decoded ({e})") from None
-    if batch.num_rows != int(entry["rows"]):
-        raise CorruptionError(f"{what}: block at byte {int(entry['offset'])} holds {batch.num_rows} rows, "
-                              f"its descriptor says {int(entry['rows'])}")
+        raise CorruptionError(f"{what}: block at byte {offset} cannot be decoded ({e})") from None
+    if batch.num_rows != rows:
+        raise CorruptionError(f"{what}: block at byte {offset} holds {batch.num_rows} rows, its descriptor says {rows}")
     return batch

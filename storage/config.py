@@ -18,7 +18,7 @@ from .timemodel import MAX_TIME, TimeModel
 
 MAX_SUBINDICES = 1024
 MAX_SLOTS = 1_000_000  # p = S / Delta; per-slot tables (stats, plans) are O(p)
-DEFAULT_BLOCK_BYTES = 128 << 10
+DEFAULT_BLOCK_BYTES = 512 << 10
 MIN_BLOCK_BYTES, MAX_BLOCK_BYTES = 256, 64 << 20
 RESERVED_PREFIX = "__ebb"
 
@@ -74,7 +74,7 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
                  ts_column: str = "ts", exp_column: str = "exp", accept_overlong: bool = False,
                  block_bytes: int | None = None, seed: int | None = None,
                  time_unit: str | None = None) -> ArchiveConfig:
-    """A checked configuration with defaults applied (G = E = 2, n = 4, 128 KiB blocks, a fresh
+    """A checked configuration with defaults applied (G = E = 2, n = 4, 512 KiB blocks, a fresh
     seed for random partitioning). Raises ConfigError naming the first bad setting."""
     for name, v in (("--interval (Delta)", interval), ("--max-lifetime (S)", max_lifetime)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:

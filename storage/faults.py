@@ -57,18 +57,6 @@ def crash_point(name: str) -> None:
         raise SimulatedCrash(name)
 
 
-class _TrackedFile(files.WritableFile):
-    def __init__(self, path: str, fs: "FaultInjectionFS"):
-        super().__init__(path)
-        self._fs = fs
-        fs.synced_size[path] = 0
-        fs.unsynced_create.add(path)
-
-    def sync(self) -> None:
-        super().sync()
-        self._fs.synced_size[self.path] = self.size
-
-
 class FaultInjectionFS(files.FileSystem):
     """A FileSystem that can forget every write that was not made durable."""
 
@@ -77,7 +65,15 @@ class FaultInjectionFS(files.FileSystem):
         self.unsynced_create: set[str] = set()
 
     def create(self, path: str) -> files.WritableFile:
-        return _TrackedFile(path, self)
+        f = super().create(path)
+        self.synced_size[path] = 0
+        self.unsynced_create.add(path)
+        return f
+
+    def sync_files(self, paths: list[str]) -> None:
+        super().sync_files(paths)
+        for p in paths:
+            self.synced_size[p] = os.path.getsize(p)
 
     def sync_dir(self, path: str) -> None:
         super().sync_dir(path)

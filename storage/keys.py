@@ -7,7 +7,6 @@ are ordered by key in Arrow's order (numeric, or bytewise UTF-8, which is code-p
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .errors import UsageError
 
@@ -32,4 +31,6 @@ def too_long(arr: pa.Array | pa.ChunkedArray) -> int:
     """Number of string keys longer than MAX_STRING_KEY_BYTES."""
     if is_int_key(arr.type):
         return 0
+    import pyarrow.compute as pc  # here, not at the top: a one-shot `ebb probe` never needs it
+
     return int(pc.sum(pc.fill_null(pc.greater(pc.binary_length(arr), MAX_STRING_KEY_BYTES), False)).as_py() or 0)

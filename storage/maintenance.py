@@ -72,7 +72,8 @@ class MaintenanceContext:
     open_files: OpenFiles
     descriptor: Callable[[str], RunDescriptor]
     update_seq: int
-    created: list[str]  # paths of files this update created (removed if it does not commit)
+    created: list[str]  # paths of files this update created (removed if it does not commit); the
+    # update syncs them all before its commit
 
     def writer(self, i: int) -> RunWriter:
         name = run_file_name(i, self.update_seq)
@@ -104,8 +105,7 @@ def norebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.
     if rows.num_rows:
         w = ctx.writer(i)
         w.add(rows, exp_slots)
-        desc = w.finish()
-        w.close()
+        desc = w.finish(sync=False)
         ch.new_runs.append(desc)
         ch.runs.append(LiveRun.of(desc, 0))
         ch.inserted = rows.num_rows
@@ -139,8 +139,7 @@ def rebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.Ta
     ch.inserted = rows.num_rows
     if current.runs:
         ch.dropped_runs.append(current.runs[0].name)
-    desc = w.finish()
-    w.close()
+    desc = w.finish(sync=False)
     if desc.blocks.size:
         ch.new_runs.append(desc)
         ch.runs.append(LiveRun.of(desc, 0))
@@ -155,24 +154,23 @@ def _old_chunks(ctx: MaintenanceContext, run: LiveRun, ch: SubIndexChange, delet
     """The live run's records with exp > ``delete_upto``, in (key, exp) order, as tables of
     about MERGE_CHUNK_BYTES read sequentially. Wholly expired blocks are skipped unread."""
     desc = ctx.descriptor(run.name)
-    blocks = desc.blocks[run.first_live:]
+    blocks = desc.entries[run.first_live:]
     exp = ctx.config.exp_column
     if delete_upto is not None:
-        dead = blocks["max_exp"] <= delete_upto
-        ch.deleted += int(blocks["rows"][dead].sum())
-        blocks = blocks[~dead]
-    fd = ctx.open_files.fd(run.name, sequential=True)
+        ch.deleted += sum(e.rows for e in blocks if e.max_exp <= delete_upto)
+        blocks = [e for e in blocks if e.max_exp > delete_upto]
+    source = ctx.open_files.source(run.name, sequential=True)
     schema = physical_schema(ctx.schema)
     parts, size = [], 0
-    for e, batch in read_blocks(fd, blocks, schema, f"sub-index I{ch.i + 1}, run {run.name}"):
+    for e, batch in read_blocks(source, blocks, schema, f"sub-index I{ch.i + 1}, run {run.name}"):
         ch.blocks_read += 1
-        ch.bytes_read += int(e["length"])
-        if delete_upto is not None and int(e["min_exp"]) <= delete_upto:
+        ch.bytes_read += e.length
+        if delete_upto is not None and e.min_exp <= delete_upto:
             keep = np.asarray(batch.column(exp).to_numpy() > delete_upto)
             ch.deleted += int(keep.size - keep.sum())
             batch = batch.filter(pa.array(keep))
         parts.append(batch)
-        size += int(e["length"])
+        size += e.length
         if size >= MERGE_CHUNK_BYTES:
             yield pa.Table.from_batches(parts, schema)
             parts, size = [], 0

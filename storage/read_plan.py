@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
-
 from .manifest import ArchiveState
-from .run_descriptor import RunDescriptor
+from .run_descriptor import BlockEntry, RunDescriptor
 
 SCAN_TASK_BYTES = 64 << 20  # a scan task reads at most this much (one Spark partition)
 
@@ -49,13 +47,13 @@ class ReadTask:
 
     subindex: int  # 0-based
     file: str  # run file name in the data directory
-    blocks: np.ndarray  # BLOCK entries, in file order
+    blocks: tuple[BlockEntry, ...]  # in file order
     as_of: int  # return records with ts <= as_of < exp
     key_ranges: tuple = ()  # ((lo, hi), ...) keys to keep; () keeps every key (a scan)
 
     @property
     def bytes(self) -> int:
-        return int(self.blocks["length"].sum())
+        return sum(b.length for b in self.blocks)
 
     @property
     def keyed(self) -> bool:
@@ -80,22 +78,27 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                 continue
             desc = descriptor(run.name)
             if ranges:
-                idx = np.unique(np.concatenate([desc.key_blocks(lo, hi, run.first_live) for lo, hi in ranges]))
-                blocks = desc.blocks[idx]
+                idx = desc.key_blocks(*ranges[0], run.first_live)
+                if len(ranges) > 1:
+                    idx = sorted(set(idx).union(*(desc.key_blocks(lo, hi, run.first_live) for lo, hi in ranges[1:])))
+                blocks = [desc.entries[b] for b in idx if desc.entries[b].max_exp > as_of]
+                if blocks:
+                    tasks.append(ReadTask(i, run.name, tuple(blocks), as_of, ranges))
             else:
-                blocks = desc.blocks[run.first_live:]
-            blocks = blocks[blocks["max_exp"] > as_of]
-            if not blocks.size:
-                continue
-            if ranges:
-                tasks.append(ReadTask(i, run.name, blocks, as_of, ranges))
-            else:
+                blocks = [e for e in desc.entries[run.first_live:] if e.max_exp > as_of]
                 tasks += [ReadTask(i, run.name, part, as_of) for part in _split(blocks, SCAN_TASK_BYTES)]
     return tasks
 
 
-def _split(blocks: np.ndarray, limit: int) -> list[np.ndarray]:
+def _split(blocks: list[BlockEntry], limit: int) -> list[tuple[BlockEntry, ...]]:
     """``blocks`` in consecutive parts of at most ``limit`` bytes (at least one block each)."""
-    ends = np.cumsum(blocks["length"].astype(np.int64))
-    cuts = np.unique(np.searchsorted(ends, np.arange(limit, int(ends[-1]), limit), side="right"))
-    return [p for p in np.split(blocks, cuts) if p.size]
+    parts, cur, size = [], [], 0
+    for b in blocks:
+        if cur and size + b.length > limit:
+            parts.append(tuple(cur))
+            cur, size = [], 0
+        cur.append(b)
+        size += b.length
+    if cur:
+        parts.append(tuple(cur))
+    return parts

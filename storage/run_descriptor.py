@@ -16,6 +16,7 @@ import bisect
 import json
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,6 +27,23 @@ BLOCK = np.dtype([
     ("max_ts", "<i8"), ("slot", "<i8"), ("checksum", "<u8"),
 ])
 _TAG = b"RUN2"
+
+
+class BlockEntry(NamedTuple):
+    """One BLOCK entry as plain Python values (numpy field access costs microseconds each)."""
+
+    offset: int
+    length: int
+    rows: int
+    min_exp: int
+    max_exp: int
+    max_ts: int
+    slot: int
+    checksum: int
+
+    @staticmethod
+    def all(blocks: np.ndarray) -> list["BlockEntry"]:
+        return [BlockEntry._make(t) for t in blocks.tolist()]
 _LEN = struct.Struct("<I")
 
 
@@ -38,12 +56,14 @@ class RunDescriptor:
     blocks: np.ndarray  # BLOCK entries in file order
     first_keys: list  # per block (int or str)
     last_keys: list
-    sections: np.ndarray = field(init=False)  # start block of each section, then len(blocks)
+    section_bounds: list[int] = field(init=False)  # first block of each section, then len(blocks)
+    entries: list[BlockEntry] = field(init=False)  # ``blocks`` as plain tuples, for the read paths
 
     def __post_init__(self) -> None:
         slot = self.blocks["slot"]
         starts = np.flatnonzero(np.diff(slot)) + 1 if slot.size > 1 else np.zeros(0, np.int64)
-        self.sections = np.concatenate([[0], starts, [slot.size]]).astype(np.int64) if slot.size else np.zeros(1, np.int64)
+        self.section_bounds = [0, *starts.tolist(), int(slot.size)] if slot.size else [0]
+        self.entries = BlockEntry.all(self.blocks)
 
     @property
     def file_bytes(self) -> int:
@@ -55,20 +75,19 @@ class RunDescriptor:
         every block before it holds only records expiring at or before ``slot``)."""
         return int(np.searchsorted(self.blocks["slot"], slot, side="right"))
 
-    def key_blocks(self, lo, hi, first_live: int) -> np.ndarray:
+    def key_blocks(self, lo, hi, first_live: int) -> list[int]:
         """Indices of the live blocks that may hold keys in [lo, hi] (None = open), one
         contiguous stretch per section."""
-        out = []
-        secs = self.sections
-        for s in range(secs.size - 1):
-            a, b = max(int(secs[s]), first_live), int(secs[s + 1])
+        out: list[int] = []
+        secs = self.section_bounds
+        for s in range(len(secs) - 1):
+            a, b = max(secs[s], first_live), secs[s + 1]
             if a >= b:
                 continue
             start = a if lo is None else bisect.bisect_left(self.last_keys, lo, a, b)
             stop = b if hi is None else bisect.bisect_right(self.first_keys, hi, a, b)
-            if start < stop:
-                out.append(np.arange(start, stop))
-        return np.concatenate(out) if out else np.zeros(0, np.int64)
+            out.extend(range(start, stop))
+        return out
 
     # -- storage ------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:

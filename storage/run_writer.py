@@ -48,10 +48,12 @@ class RunWriter:
     def bytes_written(self) -> int:
         return self._file.size
 
-    def finish(self) -> RunDescriptor:
-        """fsyncs the file and returns its descriptor (the caller syncs the directory)."""
-        self._file.sync()
+    def finish(self, sync: bool = True) -> RunDescriptor:
+        """Closes the file and returns its descriptor. ``sync``: fsync it now (a caller writing
+        several runs may pass False and sync them together); the caller syncs the directory."""
         self._file.close()
+        if sync:
+            files.FS.sync_files([self.path])
         blocks = np.array(self._entries, dtype=BLOCK) if self._entries else np.zeros(0, BLOCK)
         return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last)
 

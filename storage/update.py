@@ -76,8 +76,9 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
             else:
                 ch = norebuild(ctx, i, state.subindices[i], rows, slots, j if i in deletes else None)
             changes.append(ch)
-        if created:
-            files.FS.sync_dir(archive.data_dir)  # the new files' names are durable before the commit
+        if created:  # the new files, and their names, are durable before the commit
+            files.FS.sync_files(created)
+            files.FS.sync_dir(archive.data_dir)
         crash_point("update.runs_written")
 
         state.last_slot = j

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrow_np import to_np
 from .block_format import INS_SLOT
 from .config import ArchiveConfig
 from .manifest import ArchiveState
@@ -77,11 +78,21 @@ def plan_update(cfg: ArchiveConfig, last_slot: int | None, j: int, table: pa.Tab
 
 def _order(keys: pa.ChunkedArray, exp: np.ndarray, sub: np.ndarray, k_exp: np.ndarray | None) -> np.ndarray:
     """Row order by (sub-index, expiration slot if given, key, exp)."""
+    if len(exp) == 0:
+        return np.zeros(0, np.int64)
+    group = sub if k_exp is None else sub * (int(k_exp.max()) - int(k_exp.min()) + 1) + (k_exp - k_exp.min())
     if pa.types.is_integer(keys.type):
-        cols = [exp, keys.to_numpy()] + ([k_exp] if k_exp is not None else []) + [sub]
-        return np.lexsort(cols)
-    t = pa.table({"s": sub, "x": k_exp if k_exp is not None else np.zeros_like(sub), "k": keys, "e": exp})
-    return pc.sort_indices(t, [("s", "ascending"), ("x", "ascending"), ("k", "ascending"), ("e", "ascending")]).to_numpy()
+        k = to_np(keys)
+        cols = (group, k, exp)
+        spans = [int(c.max()) - int(c.min()) for c in cols]  # Python ints: no overflow
+        widths = [v.bit_length() for v in spans]
+        if sum(widths) <= 63:  # one int64 sort key: a single argsort instead of a multi-key sort
+            packed = np.zeros(len(exp), np.int64)
+            for c, w in zip(cols, widths):
+                packed = (packed << w) | (c - c.min()).astype(np.int64)
+            return np.argsort(packed, kind="stable")
+    t = pa.table({"g": group, "k": keys, "e": exp})
+    return pc.sort_indices(t, [("g", "ascending"), ("k", "ascending"), ("e", "ascending")]).to_numpy()
 
 
 def touched(plan: UpdatePlan, state: ArchiveState) -> tuple[set[int], set[int]]:

@@ -76,7 +76,7 @@ def _check_run(archive, snap, i: int, run: LiveRun) -> list[str]:
     expect = LiveRun.of(desc, run.first_live)
     if expect != run:
         return [f"{name}: the state's sizes {run} differ from the descriptor's {expect}"]
-    blocks = desc.blocks[run.first_live:]
+    blocks = desc.entries[run.first_live:]
     path = os.path.join(archive.path, DATA_DIR, run.name)
     if not os.path.exists(path):
         return [f"{name}: its file is missing"]
@@ -88,24 +88,26 @@ def _check_run(archive, snap, i: int, run: LiveRun) -> list[str]:
     last_time, last_slot = snap.time, snap.state.last_slot
     key, ts, exp = cfg.key_column, cfg.ts_column, cfg.exp_column
     prev = None  # (slot, last key, last exp) of the previous block
-    fd = archive.open_files.fd(run.name, sequential=True)
-    for e, batch in read_blocks(fd, blocks, physical_schema(snap.schema), name):
+    source = archive.open_files.source(run.name, sequential=True)
+    index = {int(o): b for b, o in enumerate(desc.blocks["offset"])}
+    for e, batch in read_blocks(source, blocks, physical_schema(snap.schema), name):
         k = batch.column(key)
         ev, tv = batch.column(exp).to_numpy(), batch.column(ts).to_numpy()
         ins = batch.column(INS_SLOT).to_numpy()
-        where = f"{name}, block at byte {int(e['offset'])}"
+        where = f"{name}, block at byte {e.offset}"
         first, last = k[0].as_py(), k[-1].as_py()
-        if (first, last) != (desc.first_keys[_index(desc, e)], desc.last_keys[_index(desc, e)]):
+        b = index[e.offset]
+        if (first, last) != (desc.first_keys[b], desc.last_keys[b]):
             out.append(f"{where}: first/last key differ from the descriptor's")
-        if (int(ev.min()), int(ev.max()), int(tv.max())) != (int(e["min_exp"]), int(e["max_exp"]), int(e["max_ts"])):
+        if (int(ev.min()), int(ev.max()), int(tv.max())) != (e.min_exp, e.max_exp, e.max_ts):
             out.append(f"{where}: exp range or largest ts differ from the descriptor's")
         if not _sorted(k, ev):
             out.append(f"{where}: records are not sorted by (key, exp)")
-        if prev is not None and prev[0] == int(e["slot"]) and (prev[1] > first or (prev[1] == first and prev[2] > ev[0])):
+        if prev is not None and prev[0] == e.slot and (prev[1] > first or (prev[1] == first and prev[2] > ev[0])):
             out.append(f"{where}: out of (key, exp) order with the block before it")
-        prev = (int(e["slot"]), last, int(ev[-1]))
-        if cfg.mode == "norebuild" and (tm.slots(ev) != int(e["slot"])).any():
-            out.append(f"{where}: records whose expiration slot is not the section's {int(e['slot'])}")
+        prev = (e.slot, last, int(ev[-1]))
+        if cfg.mode == "norebuild" and (tm.slots(ev) != e.slot).any():
+            out.append(f"{where}: records whose expiration slot is not the section's {e.slot}")
         if (ev <= last_time).any():
             out.append(f"{where}: {int((ev <= last_time).sum())} records expired at or before the last update ({last_time})")
         if (tv > last_time).any():
@@ -120,10 +122,6 @@ def _check_run(archive, snap, i: int, run: LiveRun) -> list[str]:
         if bad.any():
             out.append(f"{where}: {int(bad.sum())} records belong to another sub-index (docs/spec.md section 3)")
     return out
-
-
-def _index(desc, e) -> int:
-    return int(np.searchsorted(desc.blocks["offset"], e["offset"]))
 
 
 def _sorted(k: pa.Array, ev: np.ndarray) -> bool:

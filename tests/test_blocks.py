@@ -27,7 +27,7 @@ def physical(t: pa.Table, schema: pa.Schema) -> pa.Table:
 def read_back(tmp_path, desc: RunDescriptor, schema: pa.Schema) -> pa.Table:
     files = OpenFiles(str(tmp_path))
     try:
-        batches = [b for _, b in read_blocks(files.fd(desc.name, True), desc.blocks, physical_schema(schema), "t")]
+        batches = [b for _, b in read_blocks(files.source(desc.name, True), desc.entries, physical_schema(schema), "t")]
     finally:
         files.close()
     return pa.Table.from_batches(batches, physical_schema(schema))
@@ -94,13 +94,13 @@ def test_blocks_cut_to_size_and_sections(tmp_path_factory, rows, block_bytes, in
     assert (np.diff(desc.blocks["slot"]) >= 0).all()
     files = OpenFiles(str(d))
     start = 0
-    for e, batch in read_blocks(files.fd("r.run", True), desc.blocks, physical_schema(schema), "t"):
+    for e, batch in read_blocks(files.source("r.run", True), desc.entries, physical_schema(schema), "t"):
         part = src.slice(start, batch.num_rows)
         assert batch.to_pylist() == part.to_pylist()
-        assert len(set(slots[start:start + batch.num_rows])) == 1 and int(e["slot"]) == slots[start]
-        assert int(e["min_exp"]) == int(exp[start:start + batch.num_rows].min())
+        assert len(set(slots[start:start + batch.num_rows])) == 1 and e.slot == slots[start]
+        assert e.min_exp == int(exp[start:start + batch.num_rows].min())
         # at most one row past the target (a block always holds at least one row)
-        assert e["rows"] == 1 or e["length"] <= block_bytes + 4096
+        assert e.rows == 1 or e.length <= block_bytes + 4096
         start += batch.num_rows
     files.close()
 
@@ -116,7 +116,7 @@ def test_damaged_blocks_and_descriptors_are_refused(tmp_path):
         bad[pos] ^= 0x10
         buf = pa.py_buffer(bytes(bad[int(e["offset"]):int(e["offset"]) + int(e["length"])]))
         with pytest.raises(CorruptionError, match="checksum"):
-            decode_block(buf, physical_schema(schema), e, "I1")
+            decode_block(buf, physical_schema(schema), int(e["offset"]), int(e["rows"]), int(e["checksum"]), "I1")
     sealed = bytearray(desc.to_bytes())
     for pos in (0, 5, 20, len(sealed) - 1):
         bad = bytearray(sealed)

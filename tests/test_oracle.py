@@ -83,7 +83,7 @@ def test_random_schedules_match_oracle(sc):
     ktype = pa.string() if sc["string_keys"] else pa.int64()
     schema = pa.schema([("key", ktype), ("ts", pa.int64()), ("exp", pa.int64()), ("payload", pa.string())])
     cfg = config(mode=sc["mode"], tau=sc["tau"], delta=sc["delta"], max_lifetime=sc["s"], accept_overlong=sc["overlong"],
-                 block_bytes=sc["block_bytes"] or 128 << 10, **sc["layout"])
+                 block_bytes=sc["block_bytes"] or 512 << 10, **sc["layout"])
     oracle = Oracle()
     with tempfile.TemporaryDirectory() as d:
         arc = Archive.create(d + "/a", cfg)

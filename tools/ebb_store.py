@@ -25,14 +25,15 @@ class EbbStore(Store):
         self.reader = None
 
     def _archive_config(self):
-        from ..storage.manifest import ArchiveConfig
+        from ..storage.config import build_config
 
         c, w = self.config, self.workload
-        return ArchiveConfig(
-            layout="wave" if c.family == "wave" else "doubly",
+        wave = c.family == "wave"
+        return build_config(
+            layout="wave" if wave else "doubly", mode=c.mode, interval=w.delta, max_lifetime=w.max_lifetime, start=0,
             partitioning=c.partitioning or "round-robin", split=c.split or "insertion",
-            G=c.G or 1, E=c.E or 1, n_wave=c.n if c.family == "wave" else 1, mode=c.mode,
-            tau=0, delta=w.delta, max_lifetime=w.max_lifetime, seed=w.seed if c.partitioning == "random" else 0,
+            G=None if wave else (c.G or 1), E=None if wave else (c.E or 1), n=c.n if wave else None,
+            seed=w.seed if c.partitioning == "random" else None,
             time_unit="record (one record per chronon on average)",
         )
 
@@ -62,13 +63,13 @@ class EbbStore(Store):
         return {
             "inserted": rec["inserted"], "deleted": rec["deleted"],
             "subindices": len(rec["subindices_touched"]),
-            "buckets_read": rec["buckets_read"], "buckets_written": rec["buckets_written"],
+            "buckets_read": rec["blocks_read"], "buckets_written": rec["blocks_written"],
             "store_bytes_read": rec["bytes_read"], "store_bytes_written": rec["bytes_written"],
         }
 
     def _stats(self) -> dict[str, int]:
         io = self.reader.io
-        return {"subindices": len(io.subindices_read), "buckets_read": io.buckets_read, "store_bytes_read": io.bytes_read}
+        return {"subindices": len(io.subindices_read), "buckets_read": io.blocks_read, "store_bytes_read": io.bytes_read}
 
     def _reset_stats(self) -> None:
         from ..query.reader import ReadStats
