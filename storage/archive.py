@@ -16,12 +16,13 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Callable, Iterator
 
+import lmdb
 import pyarrow as pa
 
-from . import lmdb_env
+from . import files, lmdb_env
 from .config import ArchiveConfig, check_config
-from .errors import ArchiveBusy, ArchiveError, FormatVersionError, RejectedBatch
-from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, FS, LockHeld, OpenFiles, exclusive_lock, write_durably
+from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, RejectedBatch
+from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclusive_lock, write_durably
 from .layout import compress_slots
 from .manifest import (
     FORMAT_VERSION, ArchiveState, SubIndexState, parse_state, read_checkpoint, read_config, read_schema,
@@ -103,7 +104,7 @@ class Archive:
         finally:
             lmdb_env.release(env)
         open(os.path.join(path, LOCK), "a").close()
-        FS.sync_dir(path)
+        files.FS.sync_dir(path)
         # the archive exists once the marker is in place (written, fsync'd, renamed, dir fsync'd)
         write_durably(os.path.join(path, MARKER), json.dumps({"format": FORMAT_VERSION}).encode())
         return Archive(path)
@@ -141,11 +142,19 @@ class Archive:
         from . import update
         from .recovery import collect_garbage, recover
 
-        with self.writer_lock():
+        with self.writer_lock(), self._metadata_errors():
             recover(self.env, self.data_dir)
             record = update.apply(self, table, at, progress, checkpoint, late_rows)
             collect_garbage(self.env, self.data_dir)
         return record
+
+    @contextmanager
+    def _metadata_errors(self) -> Iterator[None]:
+        """LMDB's own reports of a damaged metadata file, as a CorruptionError naming the archive."""
+        try:
+            yield
+        except lmdb.Error as e:
+            raise CorruptionError(f"{self.path}: the archive's metadata is damaged (LMDB: {e})") from None
 
     def load_parquet(self, path: str, at: int, progress: Callable[[str], None] | None = None) -> dict:
         """``load`` with the records of a Parquet file."""
@@ -161,7 +170,7 @@ class Archive:
         """Runs crash recovery and garbage collection now (normally done by each update)."""
         from .recovery import collect_garbage, recover
 
-        with self.writer_lock():
+        with self.writer_lock(), self._metadata_errors():
             return recover(self.env, self.data_dir) + collect_garbage(self.env, self.data_dir)
 
     # -- reading --------------------------------------------------------------------------------

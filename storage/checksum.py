@@ -1,9 +1,10 @@
 """Checksums of everything ebb stores: data blocks and every value in the commit metadata.
 
 Blocks are checked with XXH3-64 (about 10 GB/s here, so a check costs a few percent of a read).
-Metadata values are "sealed": a 4-byte tag naming what the value is, the XXH3-64 of the payload,
-then the payload. ``unseal`` refuses a value whose tag or checksum is wrong, so a flipped bit in
-the LMDB file becomes a ``CorruptionError`` instead of a wrong directory entry.
+Metadata values are "sealed": a 4-byte tag naming what the value is, the XXH3-64 of the LMDB key
+and the payload together, then the payload. ``unseal`` refuses a value whose tag or checksum is
+wrong, or that is stored under another key, so a flipped bit in the LMDB file becomes a
+``CorruptionError`` instead of a wrong directory entry.
 """
 
 from __future__ import annotations
@@ -22,18 +23,25 @@ def block_checksum(data) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
-def seal(tag: bytes, payload: bytes) -> bytes:
-    """``payload`` prefixed with its 4-byte ``tag`` and checksum, for storing in LMDB."""
-    return _HEAD.pack(tag, xxhash.xxh3_64_intdigest(payload)) + payload
+def _digest(key: bytes, payload) -> int:
+    h = xxhash.xxh3_64(key)
+    h.update(payload)
+    return h.intdigest()
 
 
-def unseal(tag: bytes, value: bytes | memoryview, what: str) -> memoryview:
-    """The payload of a sealed value; CorruptionError naming ``what`` if it is damaged."""
+def seal(tag: bytes, key: bytes, payload: bytes) -> bytes:
+    """``payload`` prefixed with its 4-byte ``tag`` and the checksum of ``key`` + ``payload``,
+    to be stored in LMDB under ``key``."""
+    return _HEAD.pack(tag, _digest(key, payload)) + payload
+
+
+def unseal(tag: bytes, key: bytes, value: bytes | memoryview, what: str) -> memoryview:
+    """The payload of a value sealed for ``key``; CorruptionError naming ``what`` if damaged."""
     mv = memoryview(value)
     if len(mv) < _HEAD.size:
         raise CorruptionError(f"{what} is damaged (truncated metadata value)")
     got_tag, digest = _HEAD.unpack_from(mv)
     payload = mv[_HEAD.size:]
-    if got_tag != tag or xxhash.xxh3_64_intdigest(payload) != digest:
+    if got_tag != tag or _digest(key, payload) != digest:
         raise CorruptionError(f"{what} is damaged (metadata checksum mismatch)")
     return payload

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from .checksum import seal, unseal
 from .config import ArchiveConfig
-from .errors import ArchiveError
+from .errors import ArchiveError, CorruptionError
 from .run_descriptor import RunDescriptor
 
 FORMAT_VERSION = 2
@@ -97,13 +97,21 @@ class ArchiveState:
         return ArchiveState(**d)
 
 
+def _lookup(txn: lmdb.Transaction, key: bytes):
+    """``txn.get(key)``, with LMDB's own damage reports turned into a CorruptionError."""
+    try:
+        return txn.get(key)
+    except lmdb.Error as e:
+        raise CorruptionError(f"the archive's metadata is damaged (LMDB: {e})") from None
+
+
 def _get(txn: lmdb.Transaction, key: bytes, tag: bytes, what: str, required: bool = True) -> memoryview | None:
-    raw = txn.get(key)
+    raw = _lookup(txn, key)
     if raw is None:
         if required:
             raise ArchiveError(f"the archive's metadata has no {what}: it is damaged or was not created by ebb")
         return None
-    return unseal(tag, raw, what)
+    return unseal(tag, key, raw, what)
 
 
 def read_config(txn) -> ArchiveConfig:
@@ -111,19 +119,19 @@ def read_config(txn) -> ArchiveConfig:
 
 
 def write_config(txn, cfg: ArchiveConfig) -> None:
-    txn.put(b"config", seal(b"CONF", cfg.to_json()))
+    txn.put(b"config", seal(b"CONF", b"config", cfg.to_json()))
 
 
 def read_state_bytes(txn) -> bytes:
     """The sealed state value as stored (a cache key for the parsed state)."""
-    raw = txn.get(b"state")
+    raw = _lookup(txn, b"state")
     if raw is None:
         raise ArchiveError("the archive's metadata has no state: it is damaged or was not created by ebb")
     return bytes(raw)
 
 
 def parse_state(raw: bytes) -> ArchiveState:
-    return ArchiveState.from_json(bytes(unseal(b"STAT", raw, "archive state")))
+    return ArchiveState.from_json(bytes(unseal(b"STAT", b"state", raw, "archive state")))
 
 
 def read_state(txn) -> ArchiveState:
@@ -131,7 +139,7 @@ def read_state(txn) -> ArchiveState:
 
 
 def write_state(txn, state: ArchiveState) -> None:
-    txn.put(b"state", seal(b"STAT", state.to_json()))
+    txn.put(b"state", seal(b"STAT", b"state", state.to_json()))
 
 
 def read_schema(txn) -> pa.Schema | None:
@@ -140,22 +148,22 @@ def read_schema(txn) -> pa.Schema | None:
 
 
 def write_schema(txn, schema: pa.Schema) -> None:
-    txn.put(b"schema", seal(b"SCHM", schema.serialize().to_pybytes()))
+    txn.put(b"schema", seal(b"SCHM", b"schema", schema.serialize().to_pybytes()))
 
 
 def read_run(txn, name: str) -> RunDescriptor:
-    raw = txn.get(b"run/" + name.encode())
+    raw = _lookup(txn, RunDescriptor.key(name))
     if raw is None:
-        raise ArchiveError(f"the archive's metadata has no descriptor for run {name}: it is damaged")
-    return RunDescriptor.from_bytes(raw, f"descriptor of run {name}")
+        raise CorruptionError(f"the archive's metadata has no descriptor for run {name}: it is damaged")
+    return RunDescriptor.from_bytes(raw, name, f"descriptor of run {name}")
 
 
 def write_run(txn, desc: RunDescriptor) -> None:
-    txn.put(b"run/" + desc.name.encode(), desc.to_bytes())
+    txn.put(RunDescriptor.key(desc.name), desc.to_bytes())
 
 
 def delete_run(txn, name: str) -> None:
-    txn.delete(b"run/" + name.encode())
+    txn.delete(RunDescriptor.key(name))
 
 
 def read_garbage(txn) -> list[list]:
@@ -166,7 +174,7 @@ def read_garbage(txn) -> list[list]:
 
 
 def write_garbage(txn, garbage: list[list]) -> None:
-    txn.put(b"garbage", seal(b"GARB", json.dumps(garbage).encode()))
+    txn.put(b"garbage", seal(b"GARB", b"garbage", json.dumps(garbage).encode()))
 
 
 def read_checkpoint(txn, name: str) -> bytes | None:
@@ -176,11 +184,13 @@ def read_checkpoint(txn, name: str) -> bytes | None:
 
 
 def write_checkpoint(txn, name: str, value: bytes) -> None:
-    txn.put(b"ext/" + name.encode(), seal(b"EXTN", value))
+    key = b"ext/" + name.encode()
+    txn.put(key, seal(b"EXTN", key, value))
 
 
 def append_update_record(txn, seq: int, record: dict) -> None:
-    txn.put(b"upd/" + seq.to_bytes(8, "big"), seal(b"UPDT", json.dumps(record).encode()))
+    key = b"upd/" + seq.to_bytes(8, "big")
+    txn.put(key, seal(b"UPDT", key, json.dumps(record).encode()))
 
 
 def read_update_records(txn, last: int | None = None) -> list[dict]:
@@ -192,5 +202,29 @@ def read_update_records(txn, last: int | None = None) -> list[dict]:
     for k, v in cur.iternext():
         if not k.startswith(b"upd/"):
             break
-        out.append(json.loads(bytes(unseal(b"UPDT", v, f"update record {int.from_bytes(k[4:], 'big')}"))))
+        out.append(json.loads(bytes(unseal(b"UPDT", bytes(k), v, f"update record {int.from_bytes(k[4:], 'big')}"))))
     return out if last is None else out[-last:] if last else []
+
+
+_TAGS = {b"config": b"CONF", b"state": b"STAT", b"schema": b"SCHM", b"garbage": b"GARB"}
+_PREFIX_TAGS = {b"run/": b"RUN2", b"ext/": b"EXTN", b"upd/": b"UPDT"}
+
+
+def check_all(txn) -> list[str]:
+    """Problems with any metadata entry: every key must be one ebb writes and every value must
+    pass its checksum (``verify`` runs this over the whole committed version)."""
+    problems = []
+    try:
+        for k, v in txn.cursor().iternext():
+            k = bytes(k)
+            tag = _TAGS.get(k) or _PREFIX_TAGS.get(k[:4])
+            if tag is None:
+                problems.append(f"metadata: unknown key {k[:40]!r}")
+                continue
+            try:
+                unseal(tag, k, v, f"metadata entry {k[:40]!r}")
+            except CorruptionError as e:
+                problems.append(str(e))
+    except lmdb.Error as e:
+        problems.append(f"the archive's metadata is damaged (LMDB: {e})")
+    return problems

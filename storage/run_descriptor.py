@@ -99,12 +99,17 @@ class RunDescriptor:
         else:
             keys = json.dumps([self.first_keys, self.last_keys]).encode()
         body = _LEN.pack(len(head)) + head + np.ascontiguousarray(self.blocks, BLOCK).tobytes() + keys
-        return seal(_TAG, body)
+        return seal(_TAG, self.key(self.name), body)
 
     @staticmethod
-    def from_bytes(value: bytes, what: str) -> "RunDescriptor":
-        """Parses a sealed descriptor; CorruptionError naming ``what`` if damaged."""
-        body = unseal(_TAG, value, what)
+    def key(name: str) -> bytes:
+        """The metadata key the descriptor of run ``name`` is stored under."""
+        return b"run/" + name.encode()
+
+    @staticmethod
+    def from_bytes(value: bytes, name: str, what: str) -> "RunDescriptor":
+        """Parses the sealed descriptor of run ``name``; CorruptionError naming ``what`` if damaged."""
+        body = unseal(_TAG, RunDescriptor.key(name), value, what)
         (hl,) = _LEN.unpack_from(body)
         head = json.loads(bytes(body[4:4 + hl]))
         n = head["n"]

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from .block_format import INS_SLOT, physical_schema
 from .errors import CorruptionError, EbbError
 from .files import DATA_DIR, parse_run_file
-from .manifest import LiveRun, read_garbage
+from .manifest import LiveRun, check_all, read_garbage
 from .task_reader import read_blocks
 
 
@@ -33,6 +33,7 @@ def verify(archive) -> tuple[list[str], list[str]]:
     except EbbError as e:
         return [f"metadata: {e}"], notes
     with snap:
+        problems += check_all(snap.txn)
         cfg, state = snap.config, snap.state
         if len(state.subindices) != cfg.n:
             return [f"state lists {len(state.subindices)} sub-indices, the layout needs {cfg.n}"], notes

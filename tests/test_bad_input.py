@@ -173,3 +173,65 @@ def test_bad_init_arguments(tmp_path):
     assert r.returncode == 2
     r = ebb("probe", tmp_path / "nothing", "1")
     assert r.returncode == 1 and "not an ebb archive" in r.stderr
+
+
+# -- found by fuzzing the first engine: each rejected whole, or refused at init -----------------------
+def test_times_whose_difference_overflows_are_rejected(tmp_path, archive):
+    """ts = -2**62, exp = 2**62 + 10: exp - ts overflows int64; it must not pass as a short lifetime."""
+    rows = with_bad(2, lambda r: r.update(ts=-(2**62), exp=2**62 + 10))
+    before = fingerprint(archive)
+    r = ebb("load", archive, write(tmp_path, rows), "--at", T_NEXT)
+    assert r.returncode == 3 and "2 rows" in r.stderr and "outside" in r.stderr, r.stderr
+    assert fingerprint(archive) == before
+
+
+def test_invalid_utf8_is_rejected(tmp_path, archive):
+    from ebb.storage.errors import RejectedBatch
+
+    bad = pa.array([b"ok", b"\xff\xfe", b"also ok", b"\xc3"], pa.binary()).view(pa.string())
+    t = pa.table({"key": [1, 2, 3, 1], "ts": [T_NEXT] * 4, "exp": [T_NEXT + 5] * 4, "payload": bad})
+    before = fingerprint(archive)
+    with Archive(archive) as arc, pytest.raises(RejectedBatch, match="2 rows have a payload that is not valid UTF-8"):
+        arc.load(t, T_NEXT)
+    assert fingerprint(archive) == before
+    keys = pa.array([b"a", b"\x80"], pa.binary()).view(pa.string())
+    path = str(tmp_path / "strkeys")
+    with Archive.create(path, config(tau=TAU, delta=DELTA, max_lifetime=S)) as arc, \
+            pytest.raises(RejectedBatch, match="1 rows have a key that is not valid UTF-8"):
+        arc.load(pa.table({"key": keys, "ts": [TAU, TAU], "exp": [TAU + 1, TAU + 2]}), TAU)
+
+
+def test_reserved_column_names_are_explained(tmp_path):
+    path = str(tmp_path / "arc")
+    with Archive.create(path, config(tau=TAU, delta=DELTA, max_lifetime=S)) as arc:
+        from ebb.storage.errors import RejectedBatch
+
+        with pytest.raises(RejectedBatch, match="'__ebb_sub' is reserved"):
+            arc.load(pa.table({"key": [1], "ts": [TAU], "exp": [TAU + 1], "__ebb_sub": [0]}), TAU)
+        assert arc.stats()["updates"] == 0
+
+
+def test_configuration_is_checked_and_completed_in_the_library():
+    from ebb.storage.config import MAX_SLOTS, build_config
+    from ebb.storage.errors import ConfigError
+
+    cfg = build_config(layout="doubly", mode="rebuild", interval=10, max_lifetime=37)
+    assert cfg.max_lifetime == 40 and cfg.time.p == 4 and (cfg.G, cfg.E) == (2, 2)
+    for bad in (dict(interval=0), dict(interval=-3), dict(max_lifetime=0)):
+        with pytest.raises(ConfigError):
+            build_config(**{**dict(layout="doubly", mode="rebuild", interval=10, max_lifetime=40), **bad})
+    with pytest.raises(ConfigError, match=f"at most {MAX_SLOTS}"):
+        build_config(layout="doubly", mode="rebuild", interval=1, max_lifetime=10**9)
+    with pytest.raises(ConfigError, match="start"):
+        build_config(layout="doubly", mode="rebuild", interval=1, max_lifetime=10, start=-(2**62))
+    with pytest.raises(ConfigError, match="reserved"):
+        build_config(layout="doubly", mode="rebuild", interval=1, max_lifetime=10, key_column="__ebb_key")
+    with pytest.raises(ConfigError):
+        Archive.create("/nonexistent-never-created", cfg.__class__(**{**cfg.__dict__, "delta": 0}))
+
+
+def test_huge_p_refused_at_init(tmp_path):
+    r = ebb("init", tmp_path / "x", "--layout", "doubly", "--mode", "rebuild", "--max-lifetime", 10**9,
+            "--interval", 1, "--start", 0)
+    assert r.returncode == 2 and "at most 1000000" in r.stderr, r.stderr
+    assert not (tmp_path / "x").exists()

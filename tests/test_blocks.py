@@ -89,7 +89,7 @@ def test_blocks_cut_to_size_and_sections(tmp_path_factory, rows, block_bytes, in
     t = pa.table({"key": keys, "ts": np.zeros(len(rows), np.int64), "exp": exp, "v": np.arange(len(rows))})
     schema = archive_schema(t.schema, "key", "ts", "exp")
     src = physical(t, schema)
-    desc = RunDescriptor.from_bytes(write_run(str(d), "r.run", 3, [(src, slots)], "key", "ts", "exp", block_bytes).to_bytes(), "t")
+    desc = RunDescriptor.from_bytes(write_run(str(d), "r.run", 3, [(src, slots)], "key", "ts", "exp", block_bytes).to_bytes(), "r.run", "t")
     assert desc.subindex == 3 and int(desc.blocks["rows"].sum()) == len(rows)
     assert (np.diff(desc.blocks["slot"]) >= 0).all()
     files = OpenFiles(str(d))
@@ -122,4 +122,6 @@ def test_damaged_blocks_and_descriptors_are_refused(tmp_path):
         bad = bytearray(sealed)
         bad[pos] ^= 0x01
         with pytest.raises(CorruptionError):
-            RunDescriptor.from_bytes(bytes(bad), "descriptor")
+            RunDescriptor.from_bytes(bytes(bad), "r.run", "descriptor")
+    with pytest.raises(CorruptionError):  # intact, but stored under another run's name
+        RunDescriptor.from_bytes(bytes(sealed), "s.run", "descriptor")
