@@ -5,20 +5,19 @@
     df = spark.read.format("ebb").option("as_of", 1200).load("/data/arc")
     df.filter("key = 42")                    # pushed down: probes, not a scan
 
-- Partitions: one per non-empty sub-index, so a scan reads the sub-indices in parallel. Each
-  partition streams ``ArchiveReader.scan(subindices=[i])`` as Arrow record batches (no per-row
-  Python).
+- Partitions: one per read task of storage's plan (``Snapshot.plan``): a scan gets a task per
+  run of each sub-index (at most 64 MiB each), read in parallel; each partition executes its task
+  (``Snapshot.read``) and streams Arrow record batches (no per-row Python).
 - Filters on the key column are pushed down (``pushFilters``): ``=``, ``IN`` (and ``<=>``) become
-  probes, and only the sub-indices whose directory holds a live bucket of such a key get a
-  partition (the planner looks the keys up; no bucket is read to plan); ``<``, ``<=``, ``>``,
-  ``>=`` become range probes in every non-empty sub-index. Only those keys' buckets are read.
-  Other filters are left to Spark.
+  probes and ``<``, ``<=``, ``>``, ``>=`` key ranges; the plan then holds only the blocks that may
+  hold those keys (found from the block directories; no data is read to plan). Other filters
+  are left to Spark.
 - Consistency: the planner pins the committed state (``update_seq``) and ``as_of`` (default: the
   last update time) in every partition. A partition reads from one snapshot and refuses to answer
   from any other state, so a DataFrame is either exactly one committed state or an error saying
   that an update committed in between (re-run the read).
 - Options: ``as_of`` (int chronons); ``metrics_dir``: each partition writes a JSON file there with
-  what it read (``ReadStats``: sub-indices, buckets, bytes, rows), for tests and tuning.
+  what it read (``ReadStats``: sub-indices, blocks, bytes, rows), for tests and tuning.
 
 Planning and reading run in Spark's Python worker processes, which open the archive themselves;
 the path must be visible to them (local mode, or a shared filesystem).
@@ -89,17 +88,16 @@ class KeySelection:
 
 
 class EbbPartition(InputPartition):
-    """One sub-index (0-based ``subindex``) of one pinned committed state. ``kind`` is scan,
-    probe (``keys``) or probe_range (``lo``..``hi``)."""
+    """One read task of the plan of one pinned committed state (``update_seq``). ``kind`` is
+    scan, probe or probe_range (what the pushed filters asked for)."""
 
-    def __init__(self, subindex: int, update_seq: int, as_of: int, kind: str,
-                 keys: tuple = (), lo: Any = None, hi: Any = None):
-        super().__init__(subindex)
-        self.subindex, self.update_seq, self.as_of, self.kind = subindex, update_seq, as_of, kind
-        self.keys, self.lo, self.hi = keys, lo, hi
+    def __init__(self, task, update_seq: int, kind: str):
+        super().__init__(task.subindex)
+        self.task, self.update_seq, self.kind = task, update_seq, kind
 
     def __repr__(self) -> str:
-        return f"EbbPartition(I{self.subindex + 1}, {self.kind}, update {self.update_seq}, as_of {self.as_of})"
+        t = self.task
+        return f"EbbPartition(I{t.subindex + 1} {t.file}, {len(t.blocks)} blocks, {self.kind}, update {self.update_seq}, as_of {t.as_of})"
 
 
 class StaleRead(RuntimeError):
@@ -212,30 +210,21 @@ class EbbReader(DataSourceReader):
         return not (strict and not self.key_is_int)
 
     def partitions(self) -> Sequence[InputPartition]:
-        from .reader import ArchiveReader
+        from ..storage.archive import Archive
+        from ..storage.read_plan import KeyRange, Probe, Scan
 
-        with ArchiveReader(self.path, readonly=True) as r:
-            snap = r.snapshot()
-            try:
-                as_of = snap.check_as_of(self.as_of)
-                seq = snap.state.update_seq
-                nonempty = [i for i, s in enumerate(snap.state.subindices) if s.records] if snap.schema is not None else []
-                sel = self.selection
-                if sel.empty or not nonempty:
-                    return []  # Spark then runs one partition of InputPartition(None): no rows
-                points = sel.resolved_points()
-                if points is not None:
-                    parts = []
-                    for i in nonempty:
-                        # directory lookups only: does sub-index i hold a bucket of k alive at as_of?
-                        held = tuple(k for k in points if (snap.entries(i, k, point=True).descs["max_exp"] > as_of).any())
-                        if held:
-                            parts.append(EbbPartition(i, seq, as_of, "probe", keys=held))
-                    return parts
-                kind = "probe_range" if sel.bounded else "scan"
-                return [EbbPartition(i, seq, as_of, kind, lo=sel.lo, hi=sel.hi) for i in nonempty]
-            finally:
-                snap.close()
+        with Archive(self.path, readonly=True) as arc, arc.snapshot() as snap:
+            sel = self.selection
+            points = sel.resolved_points()
+            if sel.empty:
+                return []  # Spark then runs one partition of InputPartition(None): no rows
+            if points is not None:
+                request, kind = Probe(points), "probe"
+            elif sel.bounded:
+                request, kind = KeyRange(sel.lo, sel.hi), "probe_range"
+            else:
+                request, kind = Scan(), "scan"
+            return [EbbPartition(task, snap.state.update_seq, kind) for task in snap.plan(request, self.as_of)]
 
     # -- reading (executor-side Python worker) ----------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -243,41 +232,35 @@ class EbbReader(DataSourceReader):
             return  # the placeholder partition Spark adds when the plan has none
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from .reader import ArchiveReader
+        from ..storage.archive import Archive
+        from .reader import ReadStats
 
         target = to_arrow_schema(self.schema, timezone="UTC")
         names = self.schema.fieldNames()
         rows = 0
-        with ArchiveReader(self.path, readonly=True) as r:
-            snap = r.snapshot()
+        with Archive(self.path, readonly=True) as arc, arc.snapshot() as snap:
             try:
                 if snap.state.update_seq != partition.update_seq:
                     raise StaleRead(
                         f"ebb: the archive {self.path} was updated (update {partition.update_seq} -> "
                         f"{snap.state.update_seq}) after this read was planned; a read must see one committed "
                         "state, so re-run it (create the DataFrame again)")
-                i, t = partition.subindex, partition.as_of
-                if partition.kind == "scan":
-                    batches: Iterator[pa.RecordBatch] = r.scan(t, [i], snapshot=snap)
-                elif partition.kind == "probe":
-                    batches = (b for k in partition.keys for b in r.probe(k, t, [i], snapshot=snap).to_batches())
-                else:
-                    batches = iter(r.probe_range(partition.lo, partition.hi, t, [i], snapshot=snap).to_batches())
-                for b in batches:
-                    if b.num_rows:
-                        rows += b.num_rows
-                        yield b.select(names).cast(target)
+                for b in snap.read(partition.task):
+                    rows += b.num_rows
+                    yield b.select(names).cast(target)
             finally:
-                snap.close()
                 if self.metrics_dir:
-                    self._write_metrics(partition, r, rows)
+                    stats = ReadStats()
+                    stats.count(partition.task)
+                    self._write_metrics(partition, stats, rows)
 
-    def _write_metrics(self, partition: EbbPartition, r, rows: int) -> None:
+    def _write_metrics(self, partition: EbbPartition, stats, rows: int) -> None:
         os.makedirs(self.metrics_dir, exist_ok=True)
-        rec = {"subindex": partition.subindex + 1, "kind": partition.kind, "update_seq": partition.update_seq,
-               "as_of": partition.as_of, "rows": rows, "pid": os.getpid(), **r.io.to_dict()}
+        t = partition.task
+        rec = {"subindex": t.subindex + 1, "file": t.file, "kind": partition.kind, "update_seq": partition.update_seq,
+               "as_of": t.as_of, "rows": rows, "pid": os.getpid(), **stats.to_dict()}
         # one file per partition run (a unique name, so retries and parallel tasks never collide)
-        name = os.path.join(self.metrics_dir, f"I{partition.subindex + 1:04d}-{uuid.uuid4().hex}.json")
+        name = os.path.join(self.metrics_dir, f"I{t.subindex + 1:04d}-{uuid.uuid4().hex}.json")
         with open(name + ".tmp", "w") as f:
             json.dump(rec, f)
         os.replace(name + ".tmp", name)

@@ -1,7 +1,7 @@
 """The Spark data source: a DataFrame over an archive holds exactly a library scan's rows (and the
-oracle's), is split into one partition per non-empty sub-index, and a key filter is answered by
-probes that read only the probed keys' buckets: shown by the ReadStats each partition writes to
-``metrics_dir`` (which sub-indices and how many buckets and bytes it read)."""
+oracle's), is split into one partition per read task of storage's plan (here one per non-empty
+sub-index), and a key filter is answered by probes that read only the probed keys' blocks: shown
+by the ReadStats each partition writes to ``metrics_dir`` (which sub-index, blocks and bytes)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def built(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("spark") / "arc")
     rng = np.random.default_rng(23)
     oracle = Oracle()
-    with Archive.create(path, config(G=2, E=3, max_lifetime=18)) as arc:
+    with Archive.create(path, config(G=2, E=3, max_lifetime=18, block_bytes=1024)) as arc:
         rows = random_rows(rng, 3000, 1, 16, 18, 200, "b")
         arc.load(table_of(rows, SCHEMA), 16)
         oracle.load(rows, 16)
@@ -108,7 +108,7 @@ def test_as_of_option(session, built):
         _df(session, path, as_of=last - 2).collect()
 
 
-def test_key_equality_reads_only_the_probed_buckets(session, built, full_scan, tmp_path):
+def test_key_equality_reads_only_the_probed_blocks(session, built, full_scan, tmp_path):
     path, oracle, last = built
     from pyspark.sql.functions import col
 
@@ -116,16 +116,16 @@ def test_key_equality_reads_only_the_probed_buckets(session, built, full_scan, t
     scan_m = full_scan[2]
 
     df = _df(session, path, metrics_dir=probe_dir).filter(col("key") == RARE)
-    assert df.rdd.getNumPartitions() == 1  # only the one sub-index whose directory holds the key
+    assert df.rdd.getNumPartitions() == 1  # only the one sub-index whose block directory holds the key
     assert _rows(df) == oracle.probe(RARE, last) and sum(oracle.probe(RARE, last).values()) == 1
     m = _metrics(probe_dir)
     assert len(m) == 1 and m[0]["kind"] == "probe"
     with ArchiveReader(path) as lib:
         lib.probe(RARE)
-        assert m[0]["buckets_read"] == lib.io.buckets_read == 1
+        assert m[0]["blocks_read"] == lib.io.blocks_read == 1
         assert m[0]["bytes_read"] == lib.io.bytes_read
     assert m[0]["subindices_read"] == [m[0]["subindex"]]
-    assert sum(x["buckets_read"] for x in scan_m) > 100 * m[0]["buckets_read"]
+    assert sum(x["blocks_read"] for x in scan_m) > 100 * m[0]["blocks_read"]
     assert sum(x["bytes_read"] for x in scan_m) > 100 * m[0]["bytes_read"]
 
 
@@ -140,7 +140,7 @@ def test_in_and_range_filters_are_probes(session, built, tmp_path):
     with ArchiveReader(path) as lib:
         for k in keys:
             lib.probe(k)
-        assert sum(x["buckets_read"] for x in _metrics(tmp_path / "in")) == lib.io.buckets_read
+        assert sum(x["blocks_read"] for x in _metrics(tmp_path / "in")) == lib.io.blocks_read
 
     t = last + 2
     df = _df(session, path, metrics_dir=tmp_path / "rng", as_of=t).filter((col("key") > 20) & (col("key") <= 35))
@@ -149,11 +149,11 @@ def test_in_and_range_filters_are_probes(session, built, tmp_path):
     assert all(x["kind"] == "probe_range" for x in m)
     with ArchiveReader(path) as lib:
         lib.probe_range(21, 35, t)
-        assert sum(x["buckets_read"] for x in m) == lib.io.buckets_read
+        assert sum(x["blocks_read"] for x in m) == lib.io.blocks_read
         assert sum(x["bytes_read"] for x in m) == lib.io.bytes_read
         full = ArchiveReader(path)
         full.scan_table(t)
-        assert lib.io.buckets_read * 5 < full.io.buckets_read  # 15 of 200 keys
+        assert lib.io.blocks_read * 5 < full.io.blocks_read  # 15 of 200 keys
         full.close()
 
     # a filter on another column is left to Spark and still correct
