@@ -3,7 +3,9 @@ pieces it is built from: configuration names, the workload generator and its ora
 
 The end-to-end test asserts that results are produced and sane (rows for every configuration,
 every probe and scan equal to the brute-force oracle for ebb and for every peer, G + E - 1
-sub-indices per doubly partitioned update, figures written), never timings.
+sub-indices per doubly partitioned update, block counts and peak anonymous memory recorded,
+figures written), never timings. The report tests check the headline and acceptance tables
+against summaries built to meet or miss each target.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pandas as pd
 import pytest
 
 from ebb.tools import configs
+from ebb.tools.measure import measure, open_handles
 from ebb.tools.plan import Plan
 from ebb.tools.workloads import WORKLOADS
 
@@ -72,6 +75,68 @@ def test_fluctuating_rate_varies_within_factor_four():
         assert abs(part.mean() - 1.0) < 1e-9  # the same volume as the steady workload
 
 
+def test_same_batch_larger_archive_workload():
+    small, big = WORKLOADS["thesis-small"], WORKLOADS["thesis-large-smallbatch"]
+    assert big.per_slot == small.per_slot and big.record_bytes == small.record_bytes  # the same batch
+    assert 9.5 < big.expected_live_bytes / small.expected_live_bytes < 10.5  # an archive 10x larger
+    assert WORKLOADS["thesis-large"].per_slot == 10 * small.per_slot  # which thesis-large's batch is not
+    assert set(configs.default_configs("thesis-large-smallbatch")) <= set(configs.default_configs("thesis-small"))
+
+
+def test_peak_anon_counts_heap_not_mapped_files(tmp_path):
+    import mmap
+    import time
+
+    def heap():  # 100 MB touched, held for a few sampling intervals, freed before the operation ends
+        a = np.ones(100_000_000 // 8)
+        time.sleep(0.05)
+        del a
+
+    _, s = measure(heap)
+    assert s.peak_anon_bytes - s.base_anon_bytes > 90_000_000
+    f = tmp_path / "f"
+    f.write_bytes(os.urandom(64 << 20))
+
+    def mapped():  # 64 MB of file pages resident in the map: RSS, not anonymous memory
+        with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            sum(m[i] for i in range(0, len(m), 4096))
+            time.sleep(0.05)
+
+    _, s = measure(mapped)
+    assert s.peak_anon_bytes - s.base_anon_bytes < 16 << 20
+
+
+def test_closed_stores_hold_no_files(tmp_path):
+    """A cold measurement closes the store first: ebb's archive (LMDB and its open run files) and
+    the LMDB peer must then hold nothing open or mapped; a store that does is refused."""
+    from ebb.tools.ebb_store import EbbStore
+    from ebb.tools.peers import make_peer
+    from ebb.tools.run_config import go_cold
+
+    w = WORKLOADS["quick"].with_updates(1)
+    stores = [EbbStore(str(tmp_path / "ebb"), w, configs.parse("NoRebuild2x2")), make_peer("lmdb", str(tmp_path / "lmdb"), w)]
+    for st in stores:
+        os.makedirs(st.path)
+        st.create()
+        for j, at, batch in w.batches():
+            st.load(batch, at)
+        st.probe(w.probe_key(1), w.time_of(1))
+        st.scan(w.time_of(1))
+        assert open_handles(st.path), st.name  # open while in use, so the check sees something
+        st.close()
+        assert open_handles(st.path) == [], st.name
+
+    class Leaky(type(stores[1])):
+        def close(self):
+            pass  # keeps the LMDB environment mapped
+
+    leaky = Leaky(str(tmp_path / "lmdb"), w)
+    leaky.open()
+    with pytest.raises(RuntimeError, match="still open after close"):
+        go_cold(leaky, leaky.path)
+    leaky.env.close()
+
+
 def test_plan_schedule():
     p = Plan.create("thesis-small", ["Rebuild2x2"], Path("/nonexistent"), updates=12, scan_every=2, cold_every=3)
     assert p.scan_slots == [2, 4, 6, 8, 10, 12]
@@ -99,10 +164,12 @@ def test_bench_quick_end_to_end(tmp_path):
         assert (d.wall_s > 0).all()
         upd = d[d.op == "update"]
         assert (upd.disk_bytes > 0).all()
+        assert (d.peak_anon_bytes >= d.base_anon_bytes).all() and (d.base_anon_bytes > 0).all(), name
         c = configs.parse(name)
         if c.family == "doubly":
             # every periodic update touches exactly G + E - 1 sub-indices (SPEC section 3)
             assert (upd.subindices == c.G + c.E - 1).all(), (name, upd.subindices.tolist())
+            assert (upd.blocks_written > 0).all() and (d[d.op == "scan"].blocks_read > 0).all(), name
         elif c.family == "wave":
             assert (upd.subindices == c.n).all(), (name, upd.subindices.tolist())  # the wave index's weakness
     # every store returned the same records at every probe and scan
@@ -120,27 +187,89 @@ def test_bench_quick_end_to_end(tmp_path):
     assert not os.listdir(out / "stores")  # stores are removed after each configuration
 
 
-def test_bench_report_renders(tmp_path):
-    """The docs generator turns a summary into benchmarks.md with every claim section."""
-    from ebb.tools import report
-
-    rows = []
-    for name in configs.default_configs("thesis-small"):
-        c = configs.parse(name)
-        sub = c.G + c.E - 1 if c.family == "doubly" else c.n
-        rows.append({"workload": "thesis-small", "config": name, "family": c.family, "technique": c.technique,
-                     "mode": c.mode, "n": c.n, "G": c.G, "E": c.E, "update_s": 1.0 + 0.1 * sub, "update_cold_s": 2.0,
-                     "probe_s": 0.01 * (1 + c.n / 10), "probe_cold_s": 0.05, "scan_s": 1.0, "scan_cold_s": 2.0, "bulk_s": 5.0,
-                     "update_subindices": sub, "write_amp_os": 3.0, "write_amp_store": 2.5, "scan_read_amp_cold": 1.1,
-                     "probe_read_amp_cold": 20.0, "disk_bytes": 5e8, "peak_rss_update": 1e9, "peak_rss_scan": 1e9,
-                     "update_os_write_bytes": 1e8, "scan_GBps": 1.0, "scan_cold_GBps": 0.5, "space_amp": 1.05,
-                     "probe_buckets": 16, "correct": True})
+def _summary(workload: str, names: list[str], **override) -> pd.DataFrame:
+    """A made-up summary: ebb's doubly layouts beat every peer by 2x, amplification within the
+    targets; ``override`` maps a column to {config: value} to change single cells."""
     from ebb.tools.results import SUMMARY_COLUMNS
 
-    small = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)  # columns not set above are NaN
-    text = report.render({"thesis-small": small}, {"thesis-small": {"disk": {"seq_read_Bps": 1e9, "seq_write_Bps": 1e9,
-                                                                             "method": "O_DIRECT", "bytes": 1 << 30}}}, tmp_path)
+    rows = []
+    for name in names:
+        c = configs.parse(name)
+        sub = c.G + c.E - 1 if c.family == "doubly" else c.n
+        k = 2.0 if c.family == "peer" else 1.0
+        rows.append({"workload": workload, "config": name, "family": c.family, "technique": c.technique,
+                     "mode": c.mode, "n": c.n, "G": c.G, "E": c.E, "update_s": k * (1.0 + 0.1 * sub), "update_cold_s": 2.0 * k,
+                     "probe_s": k * 0.01 * (1 + c.n / 10), "probe_cold_s": 0.05 * k, "scan_s": 1.0 * k, "scan_cold_s": 2.0 * k,
+                     "bulk_s": 5.0, "update_subindices": sub, "write_amp_os": 1.2, "write_amp_store": 1.1,
+                     "scan_read_amp_cold": 1.1, "probe_read_amp_cold": 20.0, "probe_cold_os_read_bytes": 2e6,
+                     "probe_cold_bytes_returned": 1e6, "probe_cold_subindices": 4, "block_bytes": 512 << 10,
+                     "probe_cold_read_allowance_bytes": 4e6, "probe_cold_read_vs_allowance": 0.5, "disk_bytes": 5e8,
+                     "peak_anon_update": 2e8, "anon_growth_update": 5e7, "peak_anon_scan": 1e8,
+                     "update_os_write_bytes": 1e8, "scan_GBps": 1.0, "scan_cold_GBps": 0.8, "space_amp": 1.05,
+                     "probe_blocks": 16, "correct": True})
+    df = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)  # columns not set above are NaN
+    for col, cells in override.items():
+        for config, v in cells.items():
+            df.loc[df.config == config, col] = v
+    return df
+
+
+DISK = {"disk": {"seq_read_Bps": 1e9, "seq_write_Bps": 1e9, "method": "O_DIRECT", "bytes": 1 << 30},
+        "ebb_commit": "abc123def456", "cpu": "Test CPU", "cores": 2, "memory_bytes": 8 << 30}
+
+
+def _verdicts(text: str) -> dict[tuple[str, str], str]:
+    """(workload, measure) -> verdict cell of the acceptance table."""
+    table = text.split("## Issue 8 acceptance targets", 1)[1].split("\n## ", 1)[0]
+    rows = [r.split(" | ") for r in table.splitlines() if r.startswith("| ") and not r.startswith("| workload")]
+    return {(r[0].lstrip("| "), r[1]): r[-1].rstrip(" |") for r in rows}
+
+
+def test_bench_report_renders(tmp_path):
+    """The docs generator turns summaries into benchmarks.md: commit and machine, a headline table
+    per workload, the acceptance targets with verdicts, and every claim section."""
+    from ebb.tools import report
+
+    small = _summary("thesis-small", configs.default_configs("thesis-small"))
+    text = report.render({"thesis-small": small}, {"thesis-small": DISK}, tmp_path)
+    assert text.index("## Headline") < text.index("## Issue 8 acceptance") < text.index("## Protocol")
+    assert "abc123def456" in text and "Test CPU" in text
+    headline = text.split("### thesis-small", 1)[1].split("\n\n")[2]
+    assert headline.count("\n") == 7 and "| sqlite / ebb |" in headline  # header, rule, six measures
+    assert "| update (warm) | Rebuild2x2 | 1.30 | 1.54 | 1.54 |" in headline  # best doubly layout, peer time / its time
+    v = _verdicts(text)
+    for measure in ("update", "probe", "scan", "write amplification", "space amplification", "cold scan bandwidth",
+                    "cold probe bytes read", "answers"):
+        assert v[("thesis-small", measure)] == "met", (measure, v)
+    assert v[("many-keys", "probe")] == "not measured"
+    assert v[("thesis-small vs thesis-large-smallbatch", "update peak anon memory")] == "not measured"
     for heading in ("Doubly partitioned indices update", "Round-robin is 10-20%", "Rebuild4x4 is about 20%",
-                    "two orders of magnitude", "NoRebuild is faster to update", "ebb against its peers", "Physical limits"):
+                    "two orders of magnitude", "NoRebuild is faster to update", "Physical limits", "format version 2"):
         assert heading in text, heading
     assert "Held." in text
+    for stale in ("MADV", "PAX", "Known issues", "Problems found", "bucket maps", "peak RSS MB"):
+        assert stale not in text, stale
+
+
+def test_bench_report_flags_missed_targets(tmp_path):
+    from ebb.tools import report
+
+    names = ["Rebuild2x2", "NoRebuild2x2", "Rebuild4x4", "NoRebuild4x4"]
+    small = _summary("thesis-small", names + list(configs.PEERS),
+                     update_s={"duckdb": 0.5},  # a peer updates faster than every ebb layout (1.3 s)
+                     space_amp={"NoRebuild4x4": 1.4}, probe_cold_read_vs_allowance={"NoRebuild2x2": 3.0},
+                     correct={"lmdb": False})
+    big = _summary("thesis-large-smallbatch", names, peak_anon_update={"Rebuild4x4": 2.3e8, "NoRebuild4x4": 2.5e8})
+    text = report.render({"thesis-small": small, "thesis-large-smallbatch": big},
+                         {"thesis-small": DISK, "thesis-large-smallbatch": {**DISK, "disk": {"seq_read_Bps": 2e9}}}, tmp_path)
+    v = _verdicts(text)
+    assert v[("thesis-small", "update")].startswith("**not met** (2.60x too slow")
+    assert v[("thesis-small", "probe")] == "met" and v[("thesis-small", "scan")] == "met"
+    assert v[("thesis-small", "space amplification")].startswith("**not met**")
+    assert v[("thesis-small", "cold probe bytes read")] == "met"  # NoRebuild2x2 is not the best cold prober
+    assert v[("thesis-small", "answers")].startswith("**not met**")
+    assert v[("thesis-large-smallbatch", "cold scan bandwidth")].startswith("**not met**")  # 0.8 of 2 GB/s
+    assert v[("thesis-small vs thesis-large-smallbatch", "update peak anon memory")] == "**not met** (differs by up to 25%)"
+    big.loc[big.config == "NoRebuild4x4", "peak_anon_update"] = 2.2e8
+    v = _verdicts(report.render({"thesis-small": small, "thesis-large-smallbatch": big}, {"thesis-small": DISK}, tmp_path))
+    assert v[("thesis-small vs thesis-large-smallbatch", "update peak anon memory")] == "met"

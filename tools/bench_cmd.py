@@ -19,12 +19,13 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-WORKLOAD_NAMES = ("thesis-small", "thesis-large", "fluctuating", "many-keys", "quick")
+WORKLOAD_NAMES = ("thesis-small", "thesis-large", "thesis-large-smallbatch", "fluctuating", "many-keys", "quick")
 # per workload: (updates, scan every K-th update, cold-cache slot one in K scans); see --help
 SCHEDULES: dict[str, tuple[int, int, int]] = {
     "thesis-small": (36, 1, 6),
     "fluctuating": (36, 4, 9),
     "thesis-large": (4, 2, 2),
+    "thesis-large-smallbatch": (4, 2, 2),
     "many-keys": (6, 2, 3),
     "quick": (4, 1, 4),
 }
@@ -32,8 +33,8 @@ SCHEDULES: dict[str, tuple[int, int, int]] = {
 DESCRIPTION = """\
 Run a benchmark workload against ebb's layouts and the peer stores.
 
-Workloads (thesis section 4.4; uniform keys, lifetimes uniform in [1, S], S = 36 Delta, bulk
-load then periodic updates, each followed by a probe of a random key and a full scan):
+Workloads (thesis section 4.4; uniform keys, lifetimes uniform in [1, S], S = 36 Delta unless
+stated, bulk load then periodic updates, each followed by a probe of a random key and a full scan):
   thesis-small   1000-byte records, 100 keys, ~500 MB live; all wave layouts
                  (R/D-ins/exp, n = 4, 9, 16, 25), doubly Rebuild/NoRebuild round-robin and
                  chronological at 2x2..5x5, 2x8, 8x2, and every peer (Figures 4.4-4.7);
@@ -42,16 +43,22 @@ load then periodic updates, each followed by a probe of a random key and a full 
                  R-ins, D-ins, Rebuild, NoRebuild (round-robin and random) at n = 4, 16;
                  36 updates, a scan after every 4th, 1 cold slot
   thesis-large   ~5 GB live (Figures 4.9-4.11): R-ins, D-ins at n = 4, 16, Rebuild and
-                 NoRebuild 2x2, 4x4; no peers; 4 updates, a scan after every 2nd, 1 cold slot
+                 NoRebuild 2x2, 4x4; no peers; 4 updates, a scan after every 2nd, 1 cold slot;
+                 each update brings 10x thesis-small's batch
+  thesis-large-smallbatch
+                 ~5 GB live with thesis-small's batch per update (S = 370 Delta, so 10x
+                 thesis-small's archive at the same batch size): Rebuild and NoRebuild 2x2, 4x4;
+                 the update-memory comparison of issue 8; schedule as thesis-large
   many-keys      1,000,000 keys, 200-byte records, ~500 MB live: R-ins16, D-ins16,
                  Rebuild4x4, NoRebuild4x4 and every peer; 6 updates, a scan after every 2nd
   quick          a tiny version of everything, for CI (about a minute): every technique at two
                  sizes (n = 4 and 9; doubly 2x2, 3x3, and 4x4, 2x8, 8x2) and every peer, 4 updates
 
 Every update, probe and scan records wall time, /proc/self/io bytes read and written, peak
-RSS, ebb's own counts (sub-indices, buckets, bytes) and the store's size on disk; a random
-subset of slots (see --cold-every) is measured with the page cache dropped first (root only;
-reported if not allowed). Results go to --out (ops.csv, summary.csv, machine.json, figures);
+anonymous memory (RssAnon sampled every 2 ms during the operation; page-cache pages of mapped
+files do not count), ebb's own counts (sub-indices, blocks, bytes) and the store's size on disk;
+a random subset of slots (see --cold-every) is measured with every store closed and the page
+cache dropped first (root only; reported if not allowed). Results go to --out (ops.csv, summary.csv, machine.json, figures);
 unless --no-docs, the figures and their CSVs are copied to docs/benchmarks/ and
 docs/benchmarks.md is rewritten from every workload summarised there.
 """

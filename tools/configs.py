@@ -95,6 +95,9 @@ def default_configs(workload: str) -> list[str]:
     if workload == "thesis-large":
         # Figures 4.9-4.11: R-ins, D-ins, Rebuild, NoRebuild; n = 4 and 16 (see docs/benchmarks.md)
         return [f"{m}-ins{n}" for m in "RD" for n in (4, 16)] + doubly_layouts(((2, 2), (4, 4)), ("",))
+    if workload == "thesis-large-smallbatch":
+        # the doubly partitioned layouts of thesis-large, for the update-memory comparison with thesis-small
+        return doubly_layouts(((2, 2), (4, 4)), ("",))
     if workload == "many-keys":
         return ["R-ins16", "D-ins16"] + doubly_layouts(((4, 4),), ("",)) + list(PEERS)
     raise ValueError(f"no default configurations for workload {workload!r}")

@@ -1,8 +1,10 @@
 """ebb itself as a benchmarked store: one archive with a wave or doubly partitioned layout.
 
 Updates go through ``Archive.load`` (whose update record supplies ebb's own counts: sub-indices
-touched, buckets and bytes read and written); probes and scans through ``ArchiveReader``, whose
-``ReadStats`` count the sub-indices, buckets and bytes a read touched.
+touched, blocks and bytes read and written); probes and scans through ``ArchiveReader``, whose
+``ReadStats`` count the sub-indices, blocks and bytes a read planned. ``close`` closes the reader
+and the ``Archive``, which closes its LMDB environment and every run file it holds open
+(``archive.open_files``).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class EbbStore(Store):
             self.reader.close()
             self.reader = None
         if self.archive is not None:
-            self.archive.close()  # releases the LMDB environment (its memory map)
+            self.archive.close()  # the LMDB environment (its memory map) and the open run files
             self.archive = None
 
     def load(self, table: pa.Table, at: int) -> dict[str, int]:
@@ -63,13 +65,13 @@ class EbbStore(Store):
         return {
             "inserted": rec["inserted"], "deleted": rec["deleted"],
             "subindices": len(rec["subindices_touched"]),
-            "buckets_read": rec["blocks_read"], "buckets_written": rec["blocks_written"],
+            "blocks_read": rec["blocks_read"], "blocks_written": rec["blocks_written"],
             "store_bytes_read": rec["bytes_read"], "store_bytes_written": rec["bytes_written"],
         }
 
     def _stats(self) -> dict[str, int]:
         io = self.reader.io
-        return {"subindices": len(io.subindices_read), "buckets_read": io.blocks_read, "store_bytes_read": io.bytes_read}
+        return {"subindices": len(io.subindices_read), "blocks_read": io.blocks_read, "store_bytes_read": io.bytes_read}
 
     def _reset_stats(self) -> None:
         from ..query.reader import ReadStats

@@ -7,8 +7,8 @@ It builds an archive of synthetic sensor readings (each valid until the sensor's
 explicit-lifetime query kind), starts `ebb serve` in its own process, and measures from this
 process through ``FlightArchiveClient``:
 
-- probe latency: one key per request, sequential, end to end (request, snapshot, directory
-  lookups, bucket reads, Arrow IPC, decode), as percentiles;
+- probe latency: one key per request, sequential, end to end (request, snapshot, read
+  planning, block reads, Arrow IPC, decode), as percentiles;
 - scan throughput: full scans streamed to the client, rows/s and MiB/s of Arrow data;
 
 first with no writer, then with a loader process running `ebb load`'s code path continuously

@@ -1,21 +1,32 @@
-"""Measuring one operation: wall time, kernel I/O counters, peak RSS, cold caches, disk limits.
+"""Measuring one operation: wall time, kernel I/O counters, peak anonymous memory, cold caches,
+disk limits.
 
 - I/O: ``/proc/self/io`` (``read_bytes``/``write_bytes``: what reached or came from the block
   layer, summed over every thread of the process, so background threads of RocksDB and DuckDB
   count; ``rchar``/``wchar``: bytes passed through read/write system calls).
-- Peak RSS of one operation: the kernel's high-water mark (``VmHWM`` in ``/proc/self/status``),
-  reset before the operation by writing ``5`` to ``/proc/self/clear_refs`` (Linux >= 4.0).
+- Peak anonymous memory of one operation: the largest ``RssAnon`` (``/proc/self/status``: the
+  process's resident pages that are not file-backed, i.e. heap, Arrow buffers, numpy arrays,
+  and not the page-cache pages of mapped files, which VmHWM counts) seen by a background
+  thread sampling every ``ANON_SAMPLE_S`` while the operation runs, plus one sample at its start
+  and end. The kernel keeps no high-water mark of anonymous memory alone, and this machine's
+  memory cgroup (v1) reports a peak only of usage including the page cache, so sampling it is. A
+  peak shorter than the sampling interval can be missed; allocations large enough to matter take
+  longer than that to fault in. Before each operation (untimed) Python's garbage is collected and
+  Arrow's memory pool returns its unused memory, so an operation is not charged for what an
+  earlier one left cached in the allocator.
 - Cold cache: ``sync`` then ``3 > /proc/sys/vm/drop_caches`` (root only). Callers must close every
-  memory map of the store first: a mapped page stays resident and would make the "cold"
-  measurement warm.
+  file and memory map of the store first (``open_handles`` lists any left): a mapped page stays
+  resident and would make the "cold" measurement warm.
 - Disk limits: sequential read and write bandwidth with ``O_DIRECT`` (page cache bypassed),
   measured in the directory the stores live in.
 """
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
@@ -23,27 +34,59 @@ from typing import Callable, TypeVar
 from ..storage.iostats import proc_io  # the same counters ebb's update records use
 
 T = TypeVar("T")
-
-def reset_peak_rss() -> bool:
-    """Resets the process's peak RSS so VmHWM measures from now on; False if not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+ANON_SAMPLE_S = 0.002
 
 
-def peak_rss_bytes() -> int:
-    """VmHWM of this process in bytes (0 if unknown)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+class AnonPeak:
+    """Context manager: ``base`` is RssAnon (bytes) on entry, ``peak`` the largest value sampled
+    until exit (0 for both where /proc/self/status is unavailable); ``rchar`` is what the
+    sampling itself read, to be taken off the operation's ``rchar``."""
+
+    def __init__(self, interval_s: float = ANON_SAMPLE_S):
+        self.interval_s = interval_s
+        self.base = self.peak = self.rchar = 0
+        self._stop = threading.Event()
+        self._fd = -1
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> int:
+        if self._fd < 0:
+            return 0
+        status = os.pread(self._fd, 8192, 0)
+        self.rchar += len(status)
+        i = status.find(b"RssAnon:")
+        return int(status[i + 8: status.index(b"kB", i)]) * 1024 if i >= 0 else 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak = max(self.peak, self._sample())
+
+    def __enter__(self) -> "AnonPeak":
+        try:
+            self._fd = os.open("/proc/self/status", os.O_RDONLY)
+        except OSError:
+            return self
+        self.base = self.peak = self._sample()
+        self._thread = threading.Thread(target=self._run, name="ebb-bench-anon", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._sample())
+        os.close(self._fd)
+        self._fd = -1
+
+
+def release_unused_memory() -> None:
+    """Collects Python's garbage and returns the Arrow pool's cached free memory to the OS."""
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
 
 
 @dataclass
@@ -55,31 +98,59 @@ class Sample:
     os_write_bytes: int
     os_rchar: int
     os_wchar: int
-    peak_rss_bytes: int
+    peak_anon_bytes: int
+    base_anon_bytes: int
 
     def as_row(self) -> dict[str, float | int]:
         return {
             "wall_s": round(self.wall_s, 6), "os_read_bytes": self.os_read_bytes, "os_write_bytes": self.os_write_bytes,
-            "os_rchar": self.os_rchar, "os_wchar": self.os_wchar, "peak_rss_bytes": self.peak_rss_bytes,
+            "os_rchar": self.os_rchar, "os_wchar": self.os_wchar, "peak_anon_bytes": self.peak_anon_bytes,
+            "base_anon_bytes": self.base_anon_bytes,
         }
 
 
 def measure(fn: Callable[[], T]) -> tuple[T, Sample]:
-    """Runs ``fn`` once and returns its result with the wall time, I/O and peak RSS it took."""
-    reset_peak_rss()
+    """Runs ``fn`` once and returns its result with the wall time, I/O and peak anonymous memory
+    it took."""
+    release_unused_memory()
     io0 = proc_io()
-    t0 = time.perf_counter()
-    out = fn()
-    wall = time.perf_counter() - t0
+    with AnonPeak() as anon:
+        t0 = time.perf_counter()
+        out = fn()
+        wall = time.perf_counter() - t0
     io1 = proc_io()
     return out, Sample(
         wall_s=wall,
         os_read_bytes=io1["read_bytes"] - io0["read_bytes"],
         os_write_bytes=io1["write_bytes"] - io0["write_bytes"],
-        os_rchar=io1["rchar"] - io0["rchar"],
+        os_rchar=io1["rchar"] - io0["rchar"] - anon.rchar,
         os_wchar=io1["wchar"] - io0["wchar"],
-        peak_rss_bytes=peak_rss_bytes(),
+        peak_anon_bytes=anon.peak,
+        base_anon_bytes=anon.base,
     )
+
+
+def open_handles(path: str) -> list[str]:
+    """Files under ``path`` this process still holds open or mapped (from /proc/self/fd and
+    /proc/self/maps); empty if none or if /proc is unavailable."""
+    root = os.path.realpath(path) + os.sep
+    held = set()
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(root):
+                held.add(target)
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].strip().startswith(root):
+                    held.add(parts[5].strip())
+    except OSError:
+        return []
+    return sorted(held)
 
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"

@@ -6,8 +6,14 @@ inflate a few operations, and the median is robust to them; the means are kept a
 ``*_mean_s``. Amplifications: write amplification = bytes the kernel was asked to
 write during updates / bytes of new records; read amplification = bytes read from disk by a
 cold read / bytes of records it returned; ebb's own counts give the same ratios for the bytes
-ebb itself read and wrote. Every probe and scan is checked against a brute-force oracle
-(``Workload.oracle``): a configuration whose answers differ has ``correct = False``.
+ebb itself read and wrote. A cold probe of an ebb layout is also compared with what issue 8
+allows it to read: twice the bytes it returns plus one block (``block_bytes``, the archive's
+target block size) per sub-index it visits (``probe_cold_read_vs_allowance``, at most 1 meets
+it). Memory is the peak of anonymous memory (RssAnon) during an operation (``tools.measure``):
+``peak_anon_update``/``peak_anon_scan`` are the largest over the periodic updates and the scans,
+``anon_growth_update`` the largest rise above the level at the start of an update. Every probe
+and scan is checked against a brute-force oracle (``Workload.oracle``): a configuration whose
+answers differ has ``correct = False``.
 """
 
 from __future__ import annotations
@@ -18,18 +24,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..storage.config import DEFAULT_BLOCK_BYTES  # ebb stores use the default (tools.ebb_store)
 from .plan import Plan
 
 SUMMARY_COLUMNS = [
     "workload", "config", "family", "technique", "mode", "n", "G", "E",
     "update_s", "update_cold_s", "probe_s", "probe_cold_s", "scan_s", "scan_cold_s", "bulk_s",
     "update_mean_s", "probe_mean_s", "scan_mean_s",
-    "update_subindices", "update_buckets_read", "update_buckets_written",
+    "update_subindices", "update_blocks_read", "update_blocks_written",
     "new_bytes", "update_os_write_bytes", "update_store_bytes_written", "update_store_bytes_read",
     "update_cold_os_read_bytes", "write_amp_os", "write_amp_store",
-    "probe_rows", "probe_subindices", "probe_buckets", "probe_cold_os_read_bytes", "probe_read_amp_cold",
-    "scan_rows", "scan_bytes", "scan_buckets", "scan_cold_os_read_bytes", "scan_read_amp_cold", "scan_read_amp_store",
-    "scan_GBps", "scan_cold_GBps", "peak_rss_update", "peak_rss_scan", "disk_bytes", "space_amp",
+    "probe_rows", "probe_subindices", "probe_blocks", "probe_cold_os_read_bytes", "probe_read_amp_cold",
+    "probe_cold_bytes_returned", "probe_cold_subindices", "block_bytes", "probe_cold_read_allowance_bytes",
+    "probe_cold_read_vs_allowance",
+    "scan_rows", "scan_bytes", "scan_blocks", "scan_cold_os_read_bytes", "scan_read_amp_cold", "scan_read_amp_store",
+    "scan_GBps", "scan_cold_GBps", "peak_anon_update", "anon_growth_update", "peak_anon_scan", "disk_bytes", "space_amp",
     "updates", "scans", "cold_samples", "correct",
 ]
 
@@ -92,6 +101,10 @@ def summarise(plan: Plan) -> pd.DataFrame:
         scan_bytes = _mean(scan.data_bytes)
         last_disk = allupd.disk_bytes.iloc[-1] if len(allupd) else float("nan")
         live_bytes = scan.data_bytes.iloc[-1] if len(scan) else float("nan")
+        scans = d[d.op == "scan"]
+        block_bytes = float(DEFAULT_BLOCK_BYTES) if first.family != "peer" else float("nan")
+        # issue 8's bound per cold probe: 2x the bytes returned + one block per sub-index visited (NaN for peers)
+        allowance = 2 * probec.data_bytes + pd.to_numeric(probec.subindices, errors="coerce") * block_bytes
         row = {
             "workload": plan.workload, "config": name, "family": first.family, "technique": first.technique,
             "mode": first["mode"] if isinstance(first["mode"], str) else "", "n": int(first.n), "G": int(first.G), "E": int(first.E),
@@ -99,8 +112,8 @@ def summarise(plan: Plan) -> pd.DataFrame:
             "probe_s": _median(probe.wall_s), "probe_cold_s": _median(probec.wall_s),
             "scan_s": _median(scan.wall_s), "scan_cold_s": _median(scanc.wall_s), "bulk_s": _mean(bulk.wall_s),
             "update_mean_s": _mean(upd.wall_s), "probe_mean_s": _mean(probe.wall_s), "scan_mean_s": _mean(scan.wall_s),
-            "update_subindices": _mean(allupd.subindices), "update_buckets_read": _mean(allupd.buckets_read),
-            "update_buckets_written": _mean(allupd.buckets_written),
+            "update_subindices": _mean(allupd.subindices), "update_blocks_read": _mean(allupd.blocks_read),
+            "update_blocks_written": _mean(allupd.blocks_written),
             "new_bytes": _mean(allupd.data_bytes), "update_os_write_bytes": _mean(allupd.os_write_bytes),
             "update_store_bytes_written": _mean(allupd.store_bytes_written),
             "update_store_bytes_read": _mean(allupd.store_bytes_read),
@@ -108,18 +121,22 @@ def summarise(plan: Plan) -> pd.DataFrame:
             "write_amp_os": _ratio(allupd.os_write_bytes.sum(), new_bytes),
             "write_amp_store": _ratio(pd.to_numeric(allupd.store_bytes_written, errors="coerce").sum(), new_bytes)
             if allupd.store_bytes_written.notna().any() else float("nan"),
-            "probe_rows": _mean(probe.rows), "probe_subindices": _mean(probe.subindices), "probe_buckets": _mean(probe.buckets_read),
+            "probe_rows": _mean(probe.rows), "probe_subindices": _mean(probe.subindices), "probe_blocks": _mean(probe.blocks_read),
             "probe_cold_os_read_bytes": _mean(probec.os_read_bytes),
             "probe_read_amp_cold": _ratio(probec.os_read_bytes.sum(), probec.data_bytes.sum()),
-            "scan_rows": _mean(scan.rows), "scan_bytes": scan_bytes, "scan_buckets": _mean(scan.buckets_read),
+            "probe_cold_bytes_returned": _mean(probec.data_bytes), "probe_cold_subindices": _mean(probec.subindices),
+            "block_bytes": block_bytes, "probe_cold_read_allowance_bytes": _mean(allowance),
+            "probe_cold_read_vs_allowance": _ratio(probec.os_read_bytes.sum(), allowance.sum()),
+            "scan_rows": _mean(scan.rows), "scan_bytes": scan_bytes, "scan_blocks": _mean(scan.blocks_read),
             "scan_cold_os_read_bytes": _mean(scanc.os_read_bytes),
             "scan_read_amp_cold": _ratio(scanc.os_read_bytes.sum(), scanc.data_bytes.sum()),
             "scan_read_amp_store": _ratio(pd.to_numeric(scan.store_bytes_read, errors="coerce").sum(), scan.data_bytes.sum())
             if scan.store_bytes_read.notna().any() else float("nan"),
             "scan_GBps": _ratio(scan.data_bytes.sum(), scan.wall_s.sum()) / 1e9,
             "scan_cold_GBps": _ratio(scanc.data_bytes.sum(), scanc.wall_s.sum()) / 1e9,
-            "peak_rss_update": float(allupd.peak_rss_bytes.max()) if len(allupd) else float("nan"),
-            "peak_rss_scan": float(d[d.op == "scan"].peak_rss_bytes.max()) if (d.op == "scan").any() else float("nan"),
+            "peak_anon_update": float(allupd.peak_anon_bytes.max()) if len(allupd) else float("nan"),
+            "anon_growth_update": float((allupd.peak_anon_bytes - allupd.base_anon_bytes).max()) if len(allupd) else float("nan"),
+            "peak_anon_scan": float(scans.peak_anon_bytes.max()) if len(scans) else float("nan"),
             "disk_bytes": float(last_disk), "space_amp": _ratio(float(last_disk), float(live_bytes)),
             "updates": int(len(allupd)), "scans": int(len(scan)), "cold_samples": int(len(updc)),
             "correct": _check(d, oracle),

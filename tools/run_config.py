@@ -2,13 +2,15 @@
 process of its own, and appends one CSV row per measured operation.
 
 Started by ``tools.bench_cmd`` as ``python -m ebb.tools.run_config JOB.json``; a separate process
-per configuration keeps peak-RSS, open maps and library state of one store from leaking into
-the next. Progress goes to stdout as one ``op <name> <slot>`` line per operation (the parent
+per configuration keeps memory, open maps and library state of one store from leaking into the
+next. Progress goes to stdout as one ``op <name> <slot>`` line per operation (the parent
 turns them into a progress bar). The schedule (thesis 4.4.1): bulk load at tau; then for each
 update j: the update, one probe of a random key, one full scan; with caches dropped first for
 the updates and reads the job marks cold. In a slot with cold reads the order is: update, cold
 probe, cold scan, then the warm probe and scan (the cold scan has brought the whole store back
-into the page cache, so "warm" means what it says even after a cold update).
+into the page cache, so "warm" means what it says even after a cold update). Before each cache
+drop the store is closed and the run stops with an error if any file under its directory is
+still open or mapped, since such pages would survive the drop and make "cold" partly warm.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ import sys
 from dataclasses import dataclass, field
 
 from .configs import Config, parse
-from .measure import Sample, dir_size_bytes, drop_caches, measure
+from .measure import Sample, dir_size_bytes, drop_caches, measure, open_handles
 from .store import ReadResult, Store
 from .workloads import WORKLOADS, Workload
 
 COLUMNS = [
     "workload", "config", "family", "technique", "mode", "n", "G", "E", "op", "slot", "cache",
-    "wall_s", "os_read_bytes", "os_write_bytes", "os_rchar", "os_wchar", "peak_rss_bytes",
-    "rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices", "buckets_read", "buckets_written",
+    "wall_s", "os_read_bytes", "os_write_bytes", "os_rchar", "os_wchar", "peak_anon_bytes",
+    "base_anon_bytes", "rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices", "blocks_read", "blocks_written",
     "store_bytes_read", "store_bytes_written", "disk_bytes",
 ]
 
@@ -78,7 +80,7 @@ class Recorder:
              "mode": c.mode, "n": c.n, "G": c.G, "E": c.E, "op": op, "slot": slot, "cache": cache}
         r.update(s.as_row())
         r.update({k: extra.get(k, "") for k in ("rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices",
-                                                "buckets_read", "buckets_written", "store_bytes_read", "store_bytes_written")})
+                                                "blocks_read", "blocks_written", "store_bytes_read", "store_bytes_written")})
         r["disk_bytes"] = "" if disk is None else disk
         self.w.writerow(r)
         self.f.flush()
@@ -96,6 +98,18 @@ def _read_extra(res: ReadResult, w: Workload, key: int | None = None) -> dict:
     return d
 
 
+def go_cold(store: Store, store_dir: str) -> None:
+    """Closes the store, checks that it holds nothing under ``store_dir`` open or mapped, drops
+    the page cache and reopens it (untimed)."""
+    store.close()
+    held = open_handles(store_dir)
+    if held:
+        raise RuntimeError(f"{store.name}: still open after close(), so a cold measurement would be partly warm: "
+                           + ", ".join(held[:5]))
+    drop_caches()
+    store.open()
+
+
 def run(job: Job) -> None:
     w = job.workload_obj()
     config = parse(job.config)
@@ -109,9 +123,7 @@ def run(job: Job) -> None:
         for j, at, batch in w.batches():
             cold = j in job.cold_update_slots
             if cold:
-                store.close()
-                drop_caches()
-                store.open()
+                go_cold(store, job.store_dir)
             counts, s = measure(lambda: store.load(batch, at))
             new_bytes = batch.num_rows * w.record_bytes
             del batch
@@ -121,15 +133,11 @@ def run(job: Job) -> None:
                 continue
             key = w.probe_key(j)
             if j in job.cold_read_slots:  # cold reads first: the cold scan leaves the cache warm again
-                store.close()
-                drop_caches()
-                store.open()
+                go_cold(store, job.store_dir)
                 res, s = measure(lambda: store.probe(key, at))
                 rec.row("probe", j, "cold", s, _read_extra(res, w, key))
                 if j in job.scan_slots:
-                    store.close()
-                    drop_caches()
-                    store.open()
+                    go_cold(store, job.store_dir)
                     res, s = measure(lambda: store.scan(at))
                     rec.row("scan", j, "cold", s, _read_extra(res, w))
             res, s = measure(lambda: store.probe(key, at))

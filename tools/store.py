@@ -20,7 +20,7 @@ from .workloads import Workload
 class ReadResult:
     """What a probe or scan returned: a row count and the sum of ``seq`` (a cheap checksum that
     lets the runner check that every store returned the same records), plus store-specific
-    counters (ebb: sub-indices and buckets read)."""
+    counters (ebb: sub-indices and blocks read)."""
 
     rows: int
     seq_sum: int
