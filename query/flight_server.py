@@ -6,7 +6,7 @@
 - ``do_get``: tickets of ``flight_protocol`` (probe / probe_range / scan, each with ``as_of``).
   Each request opens one storage snapshot, so its answer is exactly one committed state; the
   state is reported in the first chunk's ``app_metadata``. Scans stream batch by batch from the
-  bucket files (a generator over ``ArchiveReader.scan``), never a whole table in memory.
+  run files (a generator over ``ArchiveReader.scan``), never a whole table in memory.
 - ``list_flights`` / ``get_flight_info`` / ``get_schema``: what the archive holds (schema, time
   model, last update time, records and bytes in total and per sub-index) as FlightInfo, with the
   details as JSON ``app_metadata``.
@@ -190,7 +190,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
 
     def _batches(self, snap: Snapshot, req: proto.ReadRequest, as_of: int) -> Iterator[pa.RecordBatch]:
         """The answer to ``req`` from ``snap``. Probes are read now (and ``snap`` closed); a scan
-        is a generator that reads bucket chunks as the client consumes them and closes ``snap``
+        is a generator that reads blocks as the client consumes them and closes ``snap``
         when done."""
         key_type = snap.schema.field(snap.config.key_column).type
         reader = ArchiveReader(self.archive)

@@ -1,13 +1,15 @@
-"""ebb.storage: the on-disk archive of expiring records.
+"""ebb.storage: the on-disk archive of expiring records (format version 2, docs/format.md).
 
 Layers, bottom to top:
 
-- ``timemodel``, ``layout``: pure arithmetic (slots, which sub-index holds a record, plans).
-- ``schema``, ``bucket_codec``, ``ranges``: how records become bytes in a bucket and back.
-- ``lmdb_env``, ``keys``, ``directory``, ``manifest``: the LMDB environment that holds the
-  per-sub-index directories and the manifest; one LMDB write transaction commits an update.
-- ``files``, ``slot_allocator``, ``rebuild``, ``norebuild``: the bucket files and the two
-  maintenance modes.
-- ``validate``, ``update``, ``recovery``, ``verify``: loading a batch, crash recovery, checks.
-- ``archive``: the public entry point (create, open, load, plan, stats).
+- ``errors``, ``config``, ``timemodel``, ``layout``: the error hierarchy, the checked
+  configuration, and pure arithmetic (slots, which sub-index holds a record).
+- ``schema``, ``checksum``, ``block_format``, ``run_descriptor``, ``run_writer``, ``files``: how
+  records become checksummed blocks in immutable run files, and how those are read.
+- ``lmdb_env``, ``manifest``: the commit metadata; one LMDB write transaction commits an update.
+- ``validate``, ``update_plan``, ``maintenance``, ``commit``, ``update``: one update, as a pure
+  plan, maintenance of the touched sub-indices, and the commit.
+- ``read_plan``, ``task_reader``, ``snapshot``: read planning and the execution of read tasks.
+- ``recovery``, ``verify``, ``faults``: crash recovery and space reclamation, checks, fault injection.
+- ``archive``: the public entry point (create, open, load, plan, stats, snapshot).
 """

@@ -76,8 +76,8 @@ def encode_blocks(table: pa.Table, key: str, ts: str, exp: str, block_bytes: int
         sec_start = np.flatnonzero(np.diff(sl, prepend=sl[0] - 1))
         sec_id = np.cumsum(np.diff(sl, prepend=sl[0] - 1) != 0) - 1
         rel = cum - cum[sec_start][sec_id]
-        bucket = rel // block_bytes
-        cut = np.flatnonzero((np.diff(sec_id, prepend=-1) != 0) | (np.diff(bucket, prepend=-1) != 0))
+        nth = rel // block_bytes  # which block of its section a row falls in
+        cut = np.flatnonzero((np.diff(sec_id, prepend=-1) != 0) | (np.diff(nth, prepend=-1) != 0))
         ends = np.append(cut[1:], m)
         ev = batch.column(exp).to_numpy()
         tv = batch.column(ts).to_numpy()

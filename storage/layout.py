@@ -1,4 +1,4 @@
-"""Which sub-index holds a record, and which sub-indices an update touches (SPEC section 3).
+"""Which sub-index holds a record, and which sub-indices an update touches (docs/spec.md section 3).
 
 Sub-indices are numbered 0..n-1 internally and I1..In (``i + 1``) everywhere a user sees them.
 A layout maps an insertion slot and an expiration slot to a sub-index, vectorised over numpy
@@ -46,7 +46,7 @@ class Layout:
     def n(self) -> int:
         return self.G * self.E if self.kind == "doubly" else self.n_wave
 
-    # -- the closed forms of SPEC section 3 -------------------------------------------------
+    # -- the closed forms of docs/spec.md section 3 ------------------------------------------------
     def _chrono(self, k: np.ndarray, parts: int) -> np.ndarray:
         return (((k - 1) % self.p) * parts) // self.p
 

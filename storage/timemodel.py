@@ -1,4 +1,4 @@
-"""The archive's time model (SPEC section 1): chronons, slots and update times.
+"""The archive's time model (docs/spec.md section 1): chronons, slots and update times.
 
 Slot ``j`` covers ``(tau + (j-1)*Delta, tau + j*Delta]``; the update of slot ``j`` runs at
 ``T_j = tau + j*Delta``. ``S`` is rounded up to a multiple of ``Delta`` and ``p = S / Delta``.

@@ -23,7 +23,7 @@ def config(**kw) -> ArchiveConfig:
 
 
 class Oracle:
-    """SPEC section 2 applied to a plain list of dict records."""
+    """docs/spec.md section 2 applied to a plain list of dict records."""
 
     def __init__(self, key="key", ts="ts", exp="exp"):
         self.records: list[dict] = []

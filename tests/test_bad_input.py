@@ -1,4 +1,4 @@
-"""SPEC section 5: every kind of bad batch is rejected whole, with a message naming the problem
+"""docs/spec.md section 5: every kind of bad batch is rejected whole, with a message naming the problem
 and the number of offending rows, exit code 3, and the archive exactly as it was."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC section 3's worked example (thesis Figures 4.1 and 4.2), from the planner and from the
+"""docs/spec.md section 3's worked example (thesis Figures 4.1 and 4.2), from the planner and from the
 I/O accounting of real loads; and G + E - 1 touched sub-indices at every n tested."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def dense_batch(ts_values, lifetimes, keys=3, tag="") -> pa.Table:
 
 
 EXPECTED = {
-    # time -> (insert into, delete from), from SPEC section 3
+    # time -> (insert into, delete from), from docs/spec.md section 3
     "round-robin": {T: (([1, 2], [1, 3]) if (T - TAU) // DELTA % 2 == 1 else ([3, 4], [2, 4])) for T in range(18, 34, 2)},
     "chronological": {T: (([1, 2], [1, 3]) if T <= 24 else ([3, 4], [2, 4])) for T in range(18, 34, 2)},
 }
