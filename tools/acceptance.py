@@ -33,7 +33,10 @@ MODES = ("rebuild", "norebuild")
 
 
 def finite(x) -> bool:
-    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+    try:
+        return math.isfinite(x)
+    except TypeError:  # None, strings
+        return False
 
 
 def best(s: pd.DataFrame, col: str, family: str = "doubly", largest: bool = False) -> pd.Series | None:
@@ -140,7 +143,8 @@ def _cold_scan_target(w: str, s: pd.DataFrame, machine: dict) -> Target:
     e = best(s, "scan_cold_s")
     frac = cold_scan_fraction(e, machine)
     if not finite(frac):
-        return Target(w, "cold scan bandwidth", goal, "not measured", None)
+        why = "no cold scan" if e is None else "no O_DIRECT read bandwidth recorded for this run"
+        return Target(w, "cold scan bandwidth", goal, f"not measured ({why})", None)
     bw = machine["disk"]["seq_read_Bps"]
     met = frac >= COLD_SCAN_MIN
     return Target(w, "cold scan bandwidth", goal,

@@ -58,9 +58,9 @@ Every update, probe and scan records wall time, /proc/self/io bytes read and wri
 anonymous memory (RssAnon sampled every 2 ms during the operation; page-cache pages of mapped
 files do not count), ebb's own counts (sub-indices, blocks, bytes) and the store's size on disk;
 a random subset of slots (see --cold-every) is measured with every store closed and the page
-cache dropped first (root only; reported if not allowed). Results go to --out (ops.csv, summary.csv, machine.json, figures);
-unless --no-docs, the figures and their CSVs are copied to docs/benchmarks/ and
-docs/benchmarks.md is rewritten from every workload summarised there.
+cache dropped first (root only; reported if not allowed). Results go to --out (ops.csv,
+summary.csv, machine.json, figures); unless --no-docs, the figures and their CSVs are copied to
+docs/benchmarks/ and docs/benchmarks.md is rewritten from every workload summarised there.
 """
 
 EPILOG = """\
@@ -69,6 +69,7 @@ examples:
   ebb bench thesis-small                           # the reproduction (about 50 minutes here)
   ebb bench thesis-small --updates 12 --scan-every 2   # a shorter version (about 17 minutes)
   ebb bench thesis-large --configs Rebuild4x4,R-ins16 --updates 6
+  ebb bench thesis-large-smallbatch                # 5 GB, thesis-small's batch: issue 8's memory target
   ebb bench thesis-small --resume                  # continue an interrupted run
 """
 

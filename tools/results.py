@@ -151,10 +151,6 @@ def write(plan: Plan, summary: pd.DataFrame) -> Path:
     return path
 
 
-def read_summary(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path)
-
-
 def read_machine(out: Path) -> dict:
     p = Path(out) / "machine.json"
     return json.loads(p.read_text()) if p.exists() else {}
