@@ -170,6 +170,7 @@ def test_bench_quick_end_to_end(tmp_path):
             # every periodic update touches exactly G + E - 1 sub-indices (SPEC section 3)
             assert (upd.subindices == c.G + c.E - 1).all(), (name, upd.subindices.tolist())
             assert (upd.blocks_written > 0).all() and (d[d.op == "scan"].blocks_read > 0).all(), name
+            assert (d[d.op == "probe"].block_bytes > 0).all(), name  # for the cold probe's allowance
         elif c.family == "wave":
             assert (upd.subindices == c.n).all(), (name, upd.subindices.tolist())  # the wave index's weakness
     # every store returned the same records at every probe and scan
@@ -180,6 +181,8 @@ def test_bench_quick_end_to_end(tmp_path):
     machine = json.loads((out / "machine.json").read_text())
     if machine["cold_cache_problem"] is None:
         assert (ops.cache == "cold").any()
+        ebb = summary[summary.family != "peer"]
+        assert (ebb.probe_cold_read_allowance_bytes > 0).all() and ebb.probe_cold_read_vs_allowance.notna().all()
         assert machine["disk"]["seq_read_Bps"] > 0 and machine["disk"]["seq_write_Bps"] > 0
     for fig in ("fig4_4", "fig4_5", "fig4_6", "fig4_7", "peers-quick", "io-amplification-quick"):
         assert (out / f"{fig}.png").stat().st_size > 1000, fig
@@ -202,7 +205,7 @@ def _summary(workload: str, names: list[str], **override) -> pd.DataFrame:
                      "probe_s": k * 0.01 * (1 + c.n / 10), "probe_cold_s": 0.05 * k, "scan_s": 1.0 * k, "scan_cold_s": 2.0 * k,
                      "bulk_s": 5.0, "update_subindices": sub, "write_amp_os": 1.2, "write_amp_store": 1.1,
                      "scan_read_amp_cold": 1.1, "probe_read_amp_cold": 20.0, "probe_cold_os_read_bytes": 2e6,
-                     "probe_cold_bytes_returned": 1e6, "probe_cold_subindices": 4, "block_bytes": 512 << 10,
+                     "probe_cold_bytes_returned": 1e6, "probe_cold_subindices": 4, "block_bytes": {"rebuild": 512 << 10, "norebuild": 64 << 10}.get(c.mode, np.nan),
                      "probe_cold_read_allowance_bytes": 4e6, "probe_cold_read_vs_allowance": 0.5, "disk_bytes": 5e8,
                      "peak_anon_update": 2e8, "anon_growth_update": 5e7, "peak_anon_scan": 1e8,
                      "update_os_write_bytes": 1e8, "scan_GBps": 1.0, "scan_cold_GBps": 0.8, "space_amp": 1.05,

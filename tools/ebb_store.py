@@ -2,7 +2,8 @@
 
 Updates go through ``Archive.load`` (whose update record supplies ebb's own counts: sub-indices
 touched, blocks and bytes read and written); probes and scans through ``ArchiveReader``, whose
-``ReadStats`` count the sub-indices, blocks and bytes a read planned. ``close`` closes the reader
+``ReadStats`` count the sub-indices, blocks and bytes a read planned; reads also report the
+archive's target block size (``block_bytes``, which depends on the mode). ``close`` closes the reader
 and the ``Archive``, which closes its LMDB environment and every run file it holds open
 (``archive.open_files``).
 """
@@ -70,8 +71,11 @@ class EbbStore(Store):
         }
 
     def _stats(self) -> dict[str, int]:
+        from ..storage.maintenance import run_block_bytes
+
         io = self.reader.io
-        return {"subindices": len(io.subindices_read), "blocks_read": io.blocks_read, "store_bytes_read": io.bytes_read}
+        return {"subindices": len(io.subindices_read), "blocks_read": io.blocks_read, "store_bytes_read": io.bytes_read,
+                "block_bytes": run_block_bytes(self.archive.config)}
 
     def _reset_stats(self) -> None:
         from ..query.reader import ReadStats

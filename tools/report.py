@@ -157,7 +157,7 @@ def _headline(w: str, s: pd.DataFrame, machine: dict) -> str:
     if p is not None and acc.finite(p.probe_cold_read_vs_allowance):
         facts.append(f"cold probe of the best cold-probing layout, {p.config}: {_f(p.probe_cold_os_read_bytes / 1e6)} MB "
                      f"read for {_f(p.probe_cold_bytes_returned / 1e6)} MB returned, {_f(p.probe_cold_subindices)} "
-                     f"sub-indices visited; 2x returned + one {p.block_bytes / 1024:.0f} KiB block per sub-index = "
+                     f"sub-indices visited; 2x returned + one {p.block_bytes / 1024:.0f} KiB block (its runs' target size) per sub-index = "
                      f"{_f(p.probe_cold_read_allowance_bytes / 1e6)} MB, so it read "
                      f"{_f(p.probe_cold_read_vs_allowance)}x that")
     return text + "".join(f"- {x}\n" for x in facts)
@@ -176,7 +176,8 @@ def _acceptance_section(summaries: dict[str, pd.DataFrame], machines: dict[str, 
 ENGINE = """## ebb's storage engine (format version 2)
 
 Each sub-index keeps its records in immutable run files, each a sequence of checksummed Arrow IPC
-blocks of about 512 KiB sorted by (key, exp); the archive's LMDB metadata holds one descriptor
+blocks sorted by (key, exp), of about 512 KiB (an eighth of that in NoRebuild runs, whose probes
+read a block in every live section); the archive's LMDB metadata holds one descriptor
 entry per block (offset, length, rows, exp range, first and last key, checksum), adopted by each
 update's single commit. Rebuild rewrites every touched sub-index as one new run, streaming the old
 one in large sequential reads, skipping wholly expired blocks and dropping expired records. NoRebuild
@@ -546,7 +547,8 @@ PROTOCOL = """## Protocol
 - **Amplification**: write amplification = bytes written to disk during updates / bytes of new records;
   read amplification = bytes read from disk by a cold scan or probe / bytes of records it returned; space
   amplification = size on disk after the last update / bytes of live records. A cold probe's allowance
-  (issue 8) is twice the bytes it returns plus one block (512 KiB) per sub-index it visits.
+  (issue 8) is twice the bytes it returns plus one block per sub-index it visits, at the target block size
+  of the archive's runs (`block_bytes` in the summaries).
 - **Peers** (same records, same schedule, each update one transaction and durable at commit):
   SQLite (WAL, synchronous=FULL, B-tree indices on key and exp; DELETE then executemany INSERT); DuckDB (ART
   indices on key and exp; DELETE then INSERT from Arrow); LMDB (one B+-tree keyed by (key, exp, seq), a

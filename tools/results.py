@@ -7,8 +7,8 @@ inflate a few operations, and the median is robust to them; the means are kept a
 write during updates / bytes of new records; read amplification = bytes read from disk by a
 cold read / bytes of records it returned; ebb's own counts give the same ratios for the bytes
 ebb itself read and wrote. A cold probe of an ebb layout is also compared with what issue 8
-allows it to read: twice the bytes it returns plus one block (``block_bytes``, the archive's
-target block size) per sub-index it visits (``probe_cold_read_vs_allowance``, at most 1 meets
+allows it to read: twice the bytes it returns plus one block (``block_bytes``, the target block
+size of the archive's runs, which the store reports with each read) per sub-index it visits (``probe_cold_read_vs_allowance``, at most 1 meets
 it). Memory is the peak of anonymous memory (RssAnon) during an operation (``tools.measure``):
 ``peak_anon_update``/``peak_anon_scan`` are the largest over the periodic updates and the scans,
 ``anon_growth_update`` the largest rise above the level at the start of an update. Every probe
@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..storage.config import DEFAULT_BLOCK_BYTES  # ebb stores use the default (tools.ebb_store)
 from .plan import Plan
 
 SUMMARY_COLUMNS = [
@@ -102,9 +101,8 @@ def summarise(plan: Plan) -> pd.DataFrame:
         last_disk = allupd.disk_bytes.iloc[-1] if len(allupd) else float("nan")
         live_bytes = scan.data_bytes.iloc[-1] if len(scan) else float("nan")
         scans = d[d.op == "scan"]
-        block_bytes = float(DEFAULT_BLOCK_BYTES) if first.family != "peer" else float("nan")
         # issue 8's bound per cold probe: 2x the bytes returned + one block per sub-index visited (NaN for peers)
-        allowance = 2 * probec.data_bytes + pd.to_numeric(probec.subindices, errors="coerce") * block_bytes
+        allowance = 2 * probec.data_bytes + pd.to_numeric(probec.subindices, errors="coerce") * probec.block_bytes
         row = {
             "workload": plan.workload, "config": name, "family": first.family, "technique": first.technique,
             "mode": first["mode"] if isinstance(first["mode"], str) else "", "n": int(first.n), "G": int(first.G), "E": int(first.E),
@@ -125,7 +123,7 @@ def summarise(plan: Plan) -> pd.DataFrame:
             "probe_cold_os_read_bytes": _mean(probec.os_read_bytes),
             "probe_read_amp_cold": _ratio(probec.os_read_bytes.sum(), probec.data_bytes.sum()),
             "probe_cold_bytes_returned": _mean(probec.data_bytes), "probe_cold_subindices": _mean(probec.subindices),
-            "block_bytes": block_bytes, "probe_cold_read_allowance_bytes": _mean(allowance),
+            "block_bytes": _mean(d[d.op == "probe"].block_bytes), "probe_cold_read_allowance_bytes": _mean(allowance),
             "probe_cold_read_vs_allowance": _ratio(probec.os_read_bytes.sum(), allowance.sum()),
             "scan_rows": _mean(scan.rows), "scan_bytes": scan_bytes, "scan_blocks": _mean(scan.blocks_read),
             "scan_cold_os_read_bytes": _mean(scanc.os_read_bytes),

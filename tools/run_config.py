@@ -31,7 +31,7 @@ COLUMNS = [
     "workload", "config", "family", "technique", "mode", "n", "G", "E", "op", "slot", "cache",
     "wall_s", "os_read_bytes", "os_write_bytes", "os_rchar", "os_wchar", "peak_anon_bytes",
     "base_anon_bytes", "rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices", "blocks_read", "blocks_written",
-    "store_bytes_read", "store_bytes_written", "disk_bytes",
+    "block_bytes", "store_bytes_read", "store_bytes_written", "disk_bytes",
 ]
 
 
@@ -80,7 +80,8 @@ class Recorder:
              "mode": c.mode, "n": c.n, "G": c.G, "E": c.E, "op": op, "slot": slot, "cache": cache}
         r.update(s.as_row())
         r.update({k: extra.get(k, "") for k in ("rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices",
-                                                "blocks_read", "blocks_written", "store_bytes_read", "store_bytes_written")})
+                                                "blocks_read", "blocks_written", "block_bytes", "store_bytes_read",
+                                                "store_bytes_written")})
         r["disk_bytes"] = "" if disk is None else disk
         self.w.writerow(r)
         self.f.flush()
