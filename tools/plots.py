@@ -7,6 +7,7 @@ Which figures a workload gives:
   fluctuating   fig4_8 (update time under a steady and a fluctuating rate; needs thesis-small)
   thesis-large  fig4_9/4_10/4_11 (update, probe, scan time vs n), io_amplification
   many-keys     peers, io_amplification
+  thesis-large-smallbatch  io_amplification
 """
 
 from __future__ import annotations
