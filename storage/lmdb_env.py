@@ -34,9 +34,11 @@ def acquire(index_dir: str, create: bool = False, readonly: bool = False) -> lmd
             return env
         if not create and not os.path.exists(os.path.join(key, "data.mdb")):
             raise ArchiveError(f"no archive metadata at {index_dir}")
+        # max_spare_txns=0: py-lmdb's recycled read transactions failed with MDB_BAD_RSLOT when a
+        # snapshot opened in one thread was closed in another (the Flight server's streams)
         try:
             env = lmdb.open(key, map_size=MAP_SIZE, max_dbs=0, max_readers=512, subdir=True, create=create,
-                            readonly=readonly and not create, readahead=False, max_spare_txns=4)
+                            readonly=readonly and not create, readahead=False, max_spare_txns=0)
         except lmdb.Error as e:
             raise ArchiveError(f"cannot open the archive's metadata in {index_dir}: {e}") from None
         _envs[key] = (env, 1)
