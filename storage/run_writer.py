@@ -44,10 +44,6 @@ class RunWriter:
             self._file.write(blk.data)
             crash_point("run.block_written")
 
-    @property
-    def bytes_written(self) -> int:
-        return self._file.size
-
     def finish(self, sync: bool = True) -> RunDescriptor:
         """Closes the file and returns its descriptor. ``sync``: fsync it now (a caller writing
         several runs may pass False and sync them together); the caller syncs the directory."""

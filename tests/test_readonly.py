@@ -58,3 +58,16 @@ def test_readonly_archive_refuses_to_write(tmp_path):
     with Archive(path, readonly=True) as arc:
         with pytest.raises(ArchiveError, match="read-only"):
             arc.load(pa.Table.from_pylist([], schema=SCHEMA), 16)
+
+
+def test_archives_of_another_format_are_refused_by_version(tmp_path):
+    """A format-1 archive (or any other version) is refused with a message naming its version."""
+    from ebb.storage.errors import FormatVersionError
+
+    path = tmp_path / "old"
+    Archive.create(str(path), config()).close()
+    (path / "EBB").write_text('{"format": 1}')
+    with pytest.raises(FormatVersionError, match="format version 1; this ebb reads only format version 2"):
+        Archive(str(path))
+    r = subprocess.run([sys.executable, "-m", "ebb.query.cli", "stats", str(path)], capture_output=True, text=True)
+    assert r.returncode == 1 and "format version 1" in r.stderr and r.stderr.count("\n") == 1, r.stderr
