@@ -30,7 +30,13 @@ def register(sub) -> None:
     g.add_argument("--follow", action="store_true", help="keep running, one tick every Delta of wall-clock time")
     p.add_argument("--max-catchup", type=int, metavar="N",
                    help="run at most N due ticks without --ticks (default: the job's max_catchup, else 1000)")
-    p.add_argument("--master", help="Spark master URL (default local[*])")
+    p.add_argument("--master", help="Spark master URL (default local[*]), e.g. spark://HOST:7077 (docs/cluster.md)")
+    p.add_argument("--load-on", choices=("driver", "executors"),
+                   help="who writes each tick's run files: 'driver' collects the results and loads them here; "
+                        "'executors' has Spark tasks write them into the archive's data_dir, which every executor "
+                        "must mount, and only commits here (default: executors with a cluster --master, else driver)")
+    p.add_argument("--part-mib", type=float, metavar="MIB",
+                   help="with --load-on executors: live MiB of a Rebuild sub-index one Spark task rewrites (default 256)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark configuration, repeatable")
     p.add_argument("--verbose", action="store_true", help="show Spark's and the JVM's own log output")
     p.set_defaults(handler=run_cmd)
@@ -83,8 +89,11 @@ def run_cmd(a) -> int:
 
     job = _job(a.job)
     conf = _conf(a.conf)
+    if a.part_mib is not None and a.part_mib <= 0:
+        raise UsageError(f"--part-mib must be positive, not {a.part_mib}")
     say = lambda m: print(m, flush=True)
-    with Scheduler(job, a.master, conf, say, verbose=a.verbose) as s:
+    with Scheduler(job, a.master, conf, say, verbose=a.verbose, load_on=a.load_on,
+                   part_bytes=int(a.part_mib * 2**20) if a.part_mib else None) as s:
         n = s.run(ticks=a.ticks, until=a.until, follow=a.follow, max_catchup=a.max_catchup)
         prog = s.progress()
         at = "-" if prog.last_slot is None else s.when(s.config.time.time_of(prog.last_slot))

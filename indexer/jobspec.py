@@ -65,7 +65,7 @@ QUERY_FIELDS = {
     "lifetime": ("kind", "key", "sources", "source", "select", "filter", "max_lifetime"),
 }
 ARCHIVE_FIELDS = ("path", "layout", "partitioning", "split", "G", "E", "n", "mode", "interval", "start",
-                  "max_lifetime", "block_bytes")
+                  "max_lifetime", "block_bytes", "data_dir")
 
 
 class JobError(UsageError):
@@ -137,6 +137,7 @@ class ArchiveSpec:
     start: int = 0
     max_lifetime: int | None = None
     block_bytes: int | None = None
+    data_dir: str | None = None  # where run files go (default path/data): e.g. a shared file system
 
 
 @dataclass(frozen=True)
@@ -325,6 +326,8 @@ def load_job(path: str) -> Job:
         start=_get(a, "start", int, "archive"),
         max_lifetime=_positive(_get(a, "max_lifetime", int, "archive", None), "archive.max_lifetime"),
         block_bytes=_get(a, "block_bytes", int, "archive", None),
+        data_dir=(os.path.join(base, a["data_dir"]) if isinstance(a.get("data_dir"), str)
+                  else _get(a, "data_dir", str, "archive", None)),
     )
     return Job(path=os.path.abspath(path), time_unit=unit, origin_us=_origin_us(_get(j, "origin", str, "job", None)),
                late_policy=_get(j, "late_policy", str, "job", "drop", choices=("drop", "fail")),

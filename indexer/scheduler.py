@@ -36,7 +36,7 @@ from . import events
 from .jobspec import TIME_UNITS_US, Job, JobError
 from .landing import LandedFile, list_files, new_files
 from .patterns import Classification, classify
-from .tick import TickInput, compute, has_input
+from .tick import TickInput, compute, frame, has_input
 
 CHECKPOINT = "scheduler"
 LOCK_FILE = "SCHEDULER"
@@ -110,8 +110,17 @@ class Scheduler:
     """Runs a job's ticks against its archive. Use ``with Scheduler(job) as s: s.run(...)``."""
 
     def __init__(self, job: Job, master: str | None = None, conf: dict[str, str] | None = None,
-                 say: Callable[[str], None] = print, verbose: bool = False):
+                 say: Callable[[str], None] = print, verbose: bool = False, load_on: str | None = None,
+                 part_bytes: int | None = None):
+        """``load_on``: "driver" (results collected here, loaded by this process) or "executors"
+        (each tick's run files written by Spark tasks; see indexer/executor_load.py). Default:
+        executors when ``master`` is a cluster, the driver in local mode. ``part_bytes``: the live
+        bytes of a Rebuild sub-index one executor task rewrites (storage's PART_BYTES by default)."""
         self.job = job
+        self.load_on = load_on or ("executors" if master and not master.startswith("local") else "driver")
+        if self.load_on not in ("driver", "executors"):
+            raise JobError(f"load_on must be 'driver' or 'executors', not {self.load_on!r}")
+        self.part_bytes = part_bytes
         self.cls = classify(job)
         self.master, self.conf, self.say, self.verbose = master, conf or {}, say, verbose
         self._spark = None
@@ -156,7 +165,7 @@ class Scheduler:
         cfg, path = self.config, self.job.archive.path
         self.say(f"creating archive {path}: {cfg.layout_obj.describe()}, {cfg.mode}, Delta={cfg.delta} S={cfg.max_lifetime}")
         # the runner lock file is already in the directory: create the archive beside it
-        self.archive = Archive.create(path, cfg, allow_existing={LOCK_FILE})
+        self.archive = Archive.create(path, cfg, allow_existing={LOCK_FILE}, data_dir=self.job.archive.data_dir)
 
     @property
     def spark(self):
@@ -258,22 +267,36 @@ class Scheduler:
         if late and self.job.late_policy == "fail":
             raise LateEventsRejected(f"{late} late events (at or before the last processed tick {threshold}) in newly "
                                      "landed files; late_policy is 'fail'. Remove the files or set late_policy = \"drop\"")
+        df = None
         if has_input(self.job, self.cls, prog.manifests, lo, T):
             if not self._computed:
                 self.say(f"tick {j} T={T}: computing (the first tick also compiles the query; this can take a while)...")
-            table, info = compute(self.spark, self.job, self.cls, prog.manifests, lo, T)
+            if self.load_on == "executors":
+                df, info = frame(self.spark, self.job, self.cls, prog.manifests, lo, T)
+                table = pa.table({})
+            else:
+                table, info = compute(self.spark, self.job, self.cls, prog.manifests, lo, T)
             self._computed = True
         else:  # no file holds events this tick reads: no results, and no need for Spark
             table, info = pa.table({}), TickInput(skipped=True)
         t1 = time.perf_counter()
         prog.last_slot = j
         prog.late_total += late
-        rec = self.archive.load(table, T, checkpoint={CHECKPOINT: prog.to_bytes()}, late_rows=late)
+        checkpoint = {CHECKPOINT: prog.to_bytes()}
+        if df is not None:  # the results stay on the executors, which write the runs
+            from .executor_load import load
+
+            rec = load(self.spark, self.archive, df, T, checkpoint, late, **({"part_bytes": self.part_bytes}
+                                                                              if self.part_bytes else {}))
+            info.rows = rec["input_rows"]
+        else:
+            rec = self.archive.load(table, T, checkpoint=checkpoint, late_rows=late)
         t2 = time.perf_counter()
         rec.update(spark_seconds=round(t1 - t0, 3), load_seconds=round(t2 - t1, 3), files_read=info.files, new_files=new_count)
         source = ("no landed file in its input range, Spark skipped" if info.skipped else
-                  f"{info.rows} results from {info.files} files ({new_count} new, {late} late events dropped); "
-                  f"spark {t1 - t0:.2f} s")
+                  f"{info.rows} results from {info.files} files ({new_count} new, {late} late events dropped); " +
+                  (f"computed and written by {rec['parts']} Spark tasks in {rec['tasks_seconds']:.2f} s, commit "
+                   f"{rec['commit_seconds']:.2f} s" if df is not None else f"spark {t1 - t0:.2f} s"))
         self.say(f"tick {j} T={T}: {source}, load {t2 - t1:.2f} s; +{rec['inserted']} -{rec['deleted']} "
                  f"(dropped {rec['dropped_expired']} expired); touched {len(rec['subindices_touched'])}/{self.archive.config.n} "
                  f"sub-indices, wrote {rec['bytes_written']} B, read {rec['bytes_read']} B")

@@ -2,7 +2,9 @@
 
 A tick reads only the files whose event-time range meets ``(lo - lookback, hi]`` (the interval
 plus the largest window), drops late events file by file, runs the query's builder and filters
-to the tick's interval. The result travels to the loader as one Arrow table (``toArrow``).
+to the tick's interval. ``frame`` is that DataFrame; ``compute`` brings it to the driver as one
+Arrow table (``toArrow``), for the loader in this process. With executor loading
+(``indexer/executor_load.py``) the DataFrame's rows stay on the executors.
 
 A tick with no such file has no results for any query kind (every kind's output needs an input
 event), so ``has_input`` lets the scheduler skip Spark for it. ``result_frame`` is shared with
@@ -102,9 +104,9 @@ def check(spark, job: Job) -> list[str] | None:
     return [f"{f.name}: {f.dataType.simpleString()}" for f in df.schema.fields]
 
 
-def compute(spark, job: Job, cls: Classification, manifests: dict[str, dict[str, LandedFile]],
-            lo: int, hi: int) -> tuple[pa.Table, TickInput]:
-    """Results with lo < ts <= hi as an Arrow table (no columns if no source has data yet)."""
+def frame(spark, job: Job, cls: Classification, manifests: dict[str, dict[str, LandedFile]], lo: int, hi: int):
+    """(DataFrame of the results with lo < ts <= hi, ts and exp as bigint, or None if no source
+    has data yet; TickInput with the files read)."""
     from pyspark.sql import functions as F
 
     info = TickInput()
@@ -115,9 +117,17 @@ def compute(spark, job: Job, cls: Classification, manifests: dict[str, dict[str,
             inputs[w.source] = _source_frame(spark, job, w.source, manifests.get(w.source, {}), read_lo, hi, info)
     df = result_frame(job, inputs, lo, hi)
     if df is None:
-        return pa.table({}), info
+        return None, info
     df = df.filter((F.col("ts") > lo) & (F.col("ts") <= hi))
-    df = df.withColumn("ts", F.col("ts").cast("bigint")).withColumn("exp", F.col("exp").cast("bigint"))
+    return df.withColumn("ts", F.col("ts").cast("bigint")).withColumn("exp", F.col("exp").cast("bigint")), info
+
+
+def compute(spark, job: Job, cls: Classification, manifests: dict[str, dict[str, LandedFile]],
+            lo: int, hi: int) -> tuple[pa.Table, TickInput]:
+    """Results with lo < ts <= hi as an Arrow table on the driver (no columns if no source has data yet)."""
+    df, info = frame(spark, job, cls, manifests, lo, hi)
+    if df is None:
+        return pa.table({}), info
     table = df.toArrow()
     info.rows = table.num_rows
     return table, info

@@ -23,7 +23,7 @@ from ..storage.errors import EXIT_ERROR, EXIT_VERIFY, EbbError, RejectedBatch, U
 # Subcommands that belong to other layers. Each module defines ``register(subparsers)``, which adds
 # its parsers with ``set_defaults(handler=run)``; ``run(args) -> int`` does the work. They must not
 # import heavy dependencies (pyspark) at module level: --help imports them all.
-LAYER_COMMANDS: list[str] = ["ebb.indexer.commands", "ebb.query.serve_cmd", "ebb.tools.bench_cmd"]
+LAYER_COMMANDS: list[str] = ["ebb.indexer.commands", "ebb.query.serve_cmd", "ebb.tools.bench_cmd", "ebb.tools.scaleout"]
 
 EPILOG = """\
 exit codes: 0 ok, 1 error, 2 usage (arguments, job file), 3 input rejected (archive unchanged),
@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--exp-column", default="exp", help="expiration column, int64, exclusive (default: exp)")
     c.add_argument("--accept-overlong", action="store_true",
                    help="store records whose lifetime exceeds S instead of rejecting the batch")
+    c.add_argument("--data-dir", metavar="DIR",
+                   help="where the run files go (default PATH/data), e.g. a file system Spark executors mount "
+                   "(docs/cluster.md); the metadata stays in PATH, which must be a local disk")
     c.add_argument("--block-bytes", type=int, metavar="BYTES",
                    help="target size of a data block, the unit of reads and checksums (default: 524288)")
     c.add_argument("--time-unit", help="what one chronon is (e.g. s, ms); recorded for readers")
@@ -199,7 +202,7 @@ def _cmd_init(a) -> int:
         ts_column=a.ts_column, exp_column=a.exp_column, accept_overlong=a.accept_overlong,
         block_bytes=a.block_bytes, seed=a.seed, time_unit=a.time_unit,
     )
-    with Archive.create(a.path, cfg) as arc:
+    with Archive.create(a.path, cfg, data_dir=a.data_dir) as arc:
         note = f" (S rounded up to {cfg.max_lifetime})" if cfg.max_lifetime != a.max_lifetime else ""
         print(f"created {arc.path}: {cfg.layout_obj.describe()}, {cfg.mode}, n={cfg.n}, "
               f"tau={cfg.tau} Delta={cfg.delta} S={cfg.max_lifetime}{note} p={cfg.time.p}")

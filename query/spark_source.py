@@ -19,8 +19,11 @@
 - Options: ``as_of`` (int chronons); ``metrics_dir``: each partition writes a JSON file there with
   what it read (``ReadStats``: sub-indices, blocks, bytes, rows), for tests and tuning.
 
-Planning and reading run in Spark's Python worker processes, which open the archive themselves;
-the path must be visible to them (local mode, or a shared filesystem).
+Planning runs on the driver, from the archive's metadata. An executor that sees the archive's
+path reads its partition in a snapshot pinned to the planned state; one that mounts only the
+data files (a cluster whose metadata is on the driver's local disk, docs/cluster.md) reads the
+planned blocks directly (``read_unpinned``), and fails rather than answer if an update has
+reclaimed them since.
 """
 
 from __future__ import annotations
@@ -91,9 +94,10 @@ class EbbPartition(InputPartition):
     """One read task of the plan of one pinned committed state (``update_seq``). ``kind`` is
     scan, probe or probe_range (what the pushed filters asked for)."""
 
-    def __init__(self, task, update_seq: int, kind: str):
+    def __init__(self, task, update_seq: int, kind: str, read_args: tuple):
         super().__init__(task.subindex)
         self.task, self.update_seq, self.kind = task, update_seq, kind
+        self.read_args = read_args  # (data_dir, schema, config): to read where the metadata is not mounted
 
     def __repr__(self) -> str:
         t = self.task
@@ -224,7 +228,8 @@ class EbbReader(DataSourceReader):
                 request, kind = KeyRange(sel.lo, sel.hi), "probe_range"
             else:
                 request, kind = Scan(), "scan"
-            return [EbbPartition(task, snap.state.update_seq, kind) for task in snap.plan(request, self.as_of)]
+            args = snap.read_args()
+            return [EbbPartition(task, snap.state.update_seq, kind, args) for task in snap.plan(request, self.as_of)]
 
     # -- reading (executor-side Python worker) ----------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -232,27 +237,39 @@ class EbbReader(DataSourceReader):
             return  # the placeholder partition Spark adds when the plan has none
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from ..storage.archive import Archive
+        from ..storage.files import MARKER
+        from ..storage.snapshot import read_unpinned
         from .reader import ReadStats
 
         target = to_arrow_schema(self.schema, timezone="UTC")
         names = self.schema.fieldNames()
         rows = 0
+        try:
+            if os.path.isfile(os.path.join(self.path, MARKER)):
+                batches = self._read_pinned(partition)
+            else:  # an executor that mounts only the data files (docs/cluster.md)
+                batches = read_unpinned(partition.task, *partition.read_args)
+            for b in batches:
+                rows += b.num_rows
+                yield b.select(names).cast(target)
+        finally:
+            if self.metrics_dir:
+                stats = ReadStats()
+                stats.count(partition.task)
+                self._write_metrics(partition, stats, rows)
+
+    def _read_pinned(self, partition: "EbbPartition") -> Iterator[pa.RecordBatch]:
+        """The partition's task read in a snapshot of the state it was planned on (StaleRead if
+        an update committed since), which keeps its blocks from being reclaimed meanwhile."""
+        from ..storage.archive import Archive
+
         with Archive(self.path, readonly=True) as arc, arc.snapshot() as snap:
-            try:
-                if snap.state.update_seq != partition.update_seq:
-                    raise StaleRead(
-                        f"ebb: the archive {self.path} was updated (update {partition.update_seq} -> "
-                        f"{snap.state.update_seq}) after this read was planned; a read must see one committed "
-                        "state, so re-run it (create the DataFrame again)")
-                for b in snap.read(partition.task):
-                    rows += b.num_rows
-                    yield b.select(names).cast(target)
-            finally:
-                if self.metrics_dir:
-                    stats = ReadStats()
-                    stats.count(partition.task)
-                    self._write_metrics(partition, stats, rows)
+            if snap.state.update_seq != partition.update_seq:
+                raise StaleRead(
+                    f"ebb: the archive {self.path} was updated (update {partition.update_seq} -> "
+                    f"{snap.state.update_seq}) after this read was planned; a read must see one committed "
+                    "state, so re-run it (create the DataFrame again)")
+            yield from snap.read(partition.task)
 
     def _write_metrics(self, partition: EbbPartition, stats, rows: int) -> None:
         os.makedirs(self.metrics_dir, exist_ok=True)

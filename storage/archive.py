@@ -61,14 +61,17 @@ class Archive:
             raise ArchiveError(f"{path} is not an ebb archive (no {MARKER} file); create one with `ebb init`")
         try:
             with open(marker) as f:
-                fmt = json.load(f).get("format")
+                meta = json.load(f)
+            fmt, data_dir = meta.get("format"), meta.get("data")
         except (OSError, ValueError, AttributeError):
             raise ArchiveError(f"{path}: its {MARKER} marker file is unreadable") from None
         if fmt != FORMAT_VERSION:
             raise FormatVersionError(
                 f"{path} is in on-disk format version {fmt}; this ebb reads only format version {FORMAT_VERSION} "
                 "(no converter: reload the data into a new archive)")
-        self.data_dir = os.path.join(self.path, DATA_DIR)
+        # the run files: beside the metadata, or (``create(data_dir=...)``) on a file system that
+        # Spark executors also mount
+        self.data_dir = data_dir or os.path.join(self.path, DATA_DIR)
         self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
         self.readonly = bool(self.env.flags()["readonly"])
         self.open_files = OpenFiles(self.data_dir)
@@ -80,13 +83,22 @@ class Archive:
 
     # -- lifecycle ------------------------------------------------------------------------------
     @staticmethod
-    def create(path: str, config: ArchiveConfig, allow_existing: frozenset[str] | set[str] = frozenset()) -> "Archive":
+    def create(path: str, config: ArchiveConfig, allow_existing: frozenset[str] | set[str] = frozenset(),
+               data_dir: str | None = None) -> "Archive":
         """Creates an empty archive at ``path``, which must not exist, hold only files named in
         ``allow_existing`` (e.g. a scheduler's lock file), or be a creation that crashed before
-        it finished (no marker yet), which is started over."""
+        it finished (no marker yet), which is started over. ``data_dir``: where the run files go
+        (default ``path/data``), e.g. a shared file system that Spark executors mount; it must
+        be empty. The metadata (LMDB) always stays in ``path``, which must be a local disk."""
         config = check_config(config)
         if os.path.exists(os.path.join(path, MARKER)):
             raise ArchiveError(f"{path} is already an ebb archive")
+        files.refuse_network_fs(path, "the archive's metadata (LMDB) must be on a local disk")
+        if data_dir is not None:
+            data_dir = os.path.abspath(data_dir)
+            if os.path.isdir(data_dir) and os.listdir(data_dir):
+                raise ArchiveError(f"the data directory {data_dir} is not empty")
+            os.makedirs(data_dir, exist_ok=True)
         leftovers = set(os.listdir(path)) - set(allow_existing) if os.path.isdir(path) else set()
         if leftovers - {INDEX_DIR, DATA_DIR, LOCK, MARKER + ".tmp"}:
             raise ArchiveError(f"{path} already exists and is not empty")
@@ -95,7 +107,7 @@ class Archive:
             if os.path.isdir(full):
                 for name in os.listdir(full):
                     os.remove(os.path.join(full, name))
-        os.makedirs(os.path.join(path, DATA_DIR), exist_ok=True)
+        os.makedirs(os.path.join(path, DATA_DIR) if data_dir is None else path, exist_ok=True)
         env = lmdb_env.acquire(os.path.join(path, INDEX_DIR), create=True)
         try:
             with env.begin(write=True) as txn:
@@ -106,7 +118,8 @@ class Archive:
         open(os.path.join(path, LOCK), "a").close()
         files.FS.sync_dir(path)
         # the archive exists once the marker is in place (written, fsync'd, renamed, dir fsync'd)
-        write_durably(os.path.join(path, MARKER), json.dumps({"format": FORMAT_VERSION}).encode())
+        meta = {"format": FORMAT_VERSION} if data_dir is None else {"format": FORMAT_VERSION, "data": data_dir}
+        write_durably(os.path.join(path, MARKER), json.dumps(meta).encode())
         return Archive(path)
 
     def close(self) -> None:

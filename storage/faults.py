@@ -22,6 +22,7 @@ POINTS = (
     "update.validated",  # batch checked, nothing written yet
     "run.block_written",  # a block of a new run written, not yet fsync'd
     "update.runs_written",  # every new run durable, metadata not yet written
+    "partitioned.results_in",  # every Spark task's run durable, the driver has their results
     "update.before_commit",  # metadata written in the transaction, not committed
     "update.after_commit",  # committed, replaced files not yet collected
     "gc.file_removed",  # one replaced file deleted or punched, garbage list not yet updated

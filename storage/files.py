@@ -123,6 +123,39 @@ except (OSError, AttributeError):
 FS = FileSystem()
 
 
+# file systems on which LMDB's locking and memory map are unsafe (LMDB's documentation)
+NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs", "ceph", "glusterfs",
+                        "fuse.glusterfs", "lustre", "gpfs", "beegfs", "afs", "fuse.s3fs"})
+
+
+def filesystem_type(path: str) -> str | None:
+    """The type of the file system holding ``path`` (or its nearest existing parent), from
+    /proc/mounts; None where that cannot be told."""
+    p = os.path.realpath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    try:
+        with open("/proc/mounts") as f:
+            mounts = [line.split()[1:3] for line in f]
+    except OSError:
+        return None
+    best = None
+    for mount, kind in mounts:
+        mount = mount.replace("\\040", " ")
+        if (p == mount or p.startswith(mount.rstrip("/") + "/")) and (best is None or len(mount) > len(best[0])):
+            best = (mount, kind)
+    return best[1] if best else None
+
+
+def refuse_network_fs(path: str, why: str) -> None:
+    """ArchiveError if ``path`` is on a network file system (checked where /proc/mounts tells)."""
+    from .errors import ArchiveError
+
+    kind = filesystem_type(path)
+    if kind in NETWORK_FS:
+        raise ArchiveError(f"{path} is on a {kind} file system; {why}")
+
+
 def write_durably(path: str, data: bytes) -> None:
     """Writes a small file atomically (temporary name, fsync, rename, fsync of the directory)."""
     tmp = path + ".tmp"

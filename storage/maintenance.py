@@ -29,7 +29,6 @@ import pyarrow.compute as pc
 from . import files
 from .block_format import physical_schema
 from .config import MIN_BLOCK_BYTES, ArchiveConfig
-from .errors import ArchiveError
 from .files import OpenFiles, run_file_name
 from .manifest import LiveRun, SubIndexState
 from .run_descriptor import RunDescriptor
@@ -123,15 +122,42 @@ def norebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.
     return ch
 
 
+@dataclass(frozen=True)
+class RunSlice:
+    """Blocks [start, stop) of a live run: what one writer of a Rebuild sub-index rewrites."""
+
+    name: str
+    start: int
+    stop: int
+
+
+def key_ordered_slices(ctx: MaintenanceContext, current: SubIndexState) -> list[RunSlice]:
+    """The live runs of a Rebuild sub-index, whole, in key order. A Rebuild sub-index has one run,
+    or (after an update written by several Spark tasks) runs with disjoint, ordered key ranges."""
+    slices = []
+    for run in current.runs:
+        desc = ctx.descriptor(run.name)
+        slices.append((desc.first_keys[run.first_live], RunSlice(run.name, run.first_live, len(desc.entries))))
+    return [s for _, s in sorted(slices, key=lambda x: x[0])]
+
+
 def rebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.Table, delete_upto: int | None) -> SubIndexChange:
     """Rewrites sub-index i as one run: its records with exp > ``delete_upto`` (all if None)
     merged with ``rows`` (sorted by (key, exp))."""
-    if len(current.runs) > 1:
-        raise ArchiveError(f"Rebuild sub-index I{i + 1} has {len(current.runs)} runs; it must have at most one")
+    ch = rewrite(ctx, i, key_ordered_slices(ctx, current), rows, delete_upto)
+    ch.dropped_runs = [r.name for r in current.runs]
+    return ch
+
+
+def rewrite(ctx: MaintenanceContext, i: int, slices: list[RunSlice], rows: pa.Table, delete_upto: int | None
+            ) -> SubIndexChange:
+    """Writes one new run of sub-index i: the records of ``slices`` (key-ordered, disjoint key
+    ranges) with exp > ``delete_upto`` (all if None) merged with ``rows`` (sorted by (key, exp)).
+    The caller decides which runs the new one replaces."""
     ch = SubIndexChange(i, [])
     key = ctx.config.key_column
     w = ctx.writer(i)
-    old = _old_chunks(ctx, current.runs[0], ch, delete_upto) if current.runs else iter(())
+    old = (chunk for s in slices for chunk in _old_chunks(ctx, s, ch, delete_upto))
     new_keys = rows.column(key)
     pos = 0
     held = None  # old records of the last key of the previous chunk (it may continue)
@@ -147,32 +173,30 @@ def rebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.Ta
     rest = rows.slice(pos)
     _merge_into(w, held if held is not None else rows.schema.empty_table(), rest, key, ctx.config.exp_column)
     ch.inserted = rows.num_rows
-    if current.runs:
-        ch.dropped_runs.append(current.runs[0].name)
     desc = w.finish(sync=False)
     if desc.blocks.size:
         ch.new_runs.append(desc)
         ch.runs.append(LiveRun.of(desc, 0))
-    else:  # nothing left: the sub-index is empty and the new file is not needed
+    else:  # nothing left: the new file is not needed
         ctx.created.remove(w.path)
         files.FS.remove(w.path)
     ch.blocks_written, ch.bytes_written = int(desc.blocks.size), desc.file_bytes
     return ch
 
 
-def _old_chunks(ctx: MaintenanceContext, run: LiveRun, ch: SubIndexChange, delete_upto: int | None) -> Iterator[pa.Table]:
-    """The live run's records with exp > ``delete_upto``, in (key, exp) order, as tables of
+def _old_chunks(ctx: MaintenanceContext, piece: RunSlice, ch: SubIndexChange, delete_upto: int | None) -> Iterator[pa.Table]:
+    """The slice's records with exp > ``delete_upto``, in (key, exp) order, as tables of
     about MERGE_CHUNK_BYTES read sequentially. Wholly expired blocks are skipped unread."""
-    desc = ctx.descriptor(run.name)
-    blocks = desc.entries[run.first_live:]
+    desc = ctx.descriptor(piece.name)
+    blocks = desc.entries[piece.start:piece.stop]
     exp = ctx.config.exp_column
     if delete_upto is not None:
         ch.deleted += sum(e.rows for e in blocks if e.max_exp <= delete_upto)
         blocks = [e for e in blocks if e.max_exp > delete_upto]
-    source = ctx.open_files.source(run.name, sequential=True)
+    source = ctx.open_files.source(piece.name, sequential=True)
     schema = physical_schema(ctx.schema)
     parts, size = [], 0
-    for e, batch in read_blocks(source, blocks, schema, f"sub-index I{ch.i + 1}, run {run.name}"):
+    for e, batch in read_blocks(source, blocks, schema, f"sub-index I{ch.i + 1}, run {piece.name}"):
         ch.blocks_read += 1
         ch.bytes_read += e.length
         if delete_upto is not None and e.min_exp <= delete_upto:

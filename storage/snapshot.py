@@ -78,6 +78,10 @@ class Snapshot:
         return execute(task, self._archive.open_files, self._physical, cfg.key_column, cfg.ts_column,
                        cfg.exp_column, f"archive {self._archive.path}, sub-index I{task.subindex + 1}")
 
+    def read_args(self) -> tuple[str, pa.Schema, ArchiveConfig]:
+        """What ``read_unpinned`` needs besides a task: the data directory, schema and config."""
+        return self._archive.data_dir, self.schema, self.config
+
     def close(self) -> None:
         if self.txn is not None:
             self.txn.abort()
@@ -88,3 +92,18 @@ class Snapshot:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_unpinned(task: ReadTask, data_dir: str, schema: pa.Schema, config: ArchiveConfig) -> Iterator[pa.RecordBatch]:
+    """Executes a task of some snapshot's plan without the archive's metadata: for a process on
+    another machine that mounts only the data files (a Spark executor). Nothing pins the version
+    here, so if updates since the plan have reclaimed its blocks the read fails (file missing, or
+    a checksum mismatch); it never returns rows of another version."""
+    from .files import OpenFiles
+
+    files = OpenFiles(data_dir)
+    try:
+        yield from execute(task, files, physical_schema(schema), config.key_column, config.ts_column,
+                           config.exp_column, f"data directory {data_dir}, sub-index I{task.subindex + 1}")
+    finally:
+        files.close()

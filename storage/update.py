@@ -9,7 +9,6 @@ leaving the archive exactly as it was. Nothing after the commit can undo it.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
@@ -19,9 +18,10 @@ from . import files
 from .commit import commit, stage
 from .faults import SimulatedCrash, crash_point
 from .iostats import delta as io_delta, proc_io
-from .maintenance import MaintenanceContext, norebuild, rebuild
+from .maintenance import MaintenanceContext, SubIndexChange, norebuild, rebuild
 from .manifest import read_run, read_schema, read_state
-from .update_plan import plan_update, touched
+from .update_plan import UpdatePlan, plan_update, touched
+from .run_descriptor import RunDescriptor
 from .update_record import UpdateRecord
 from .validate import check_rows, conform_batch, update_slot
 
@@ -42,12 +42,7 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
         j = update_slot(cfg, state, at)
         stored = read_schema(txn)
         fixes_schema = stored is None and table.num_columns > 0  # the first real batch fixes the schema
-        if table.num_columns == 0 and table.num_rows == 0:
-            # "nothing to insert" from a producer that has seen no data yet, so knows no schema
-            table = (stored or pa.schema([(cfg.key_column, pa.int64()), (cfg.ts_column, pa.int64()),
-                                          (cfg.exp_column, pa.int64())])).empty_table()
-            if stored is None:
-                table = table.cast(pa.schema([pa.field(f.name, f.type, nullable=False) for f in table.schema]))
+        table = input_table(table, cfg, stored)
         table, schema = conform_batch(table, cfg, stored)
         check_rows(table, cfg, at)
         crash_point("update.validated")
@@ -55,14 +50,7 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
         plan = plan_update(cfg, state.last_slot, j, table)
         deletes, inserts = touched(plan, state)
 
-        def descriptor(name: str):
-            desc = archive._descriptors.get(name)
-            if desc is None:
-                desc = read_run(txn, name)
-                archive._descriptors.put(name, desc)
-            return desc
-
-        ctx = MaintenanceContext(cfg, schema, archive.data_dir, archive.open_files, descriptor,
+        ctx = MaintenanceContext(cfg, schema, archive.data_dir, archive.open_files, descriptor_reader(archive, txn),
                                  state.update_seq + 1, created)
         changes = []
         todo = sorted(deletes | inserts)
@@ -81,39 +69,70 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
             files.FS.sync_dir(archive.data_dir)
         crash_point("update.runs_written")
 
-        state.last_slot = j
-        state.update_seq += 1
-        state.late_rows += late_rows
-        record = UpdateRecord(
-            seq=state.update_seq, time=at, slot=j, kind="bulk" if plan.bulk else "periodic",
-            slots_processed=list(plan.deletion_slots or []), input_rows=plan.input_rows,
-            inserted=sum(c.inserted for c in changes), deleted=sum(c.deleted for c in changes),
-            dropped_expired=plan.dropped, late_rows=late_rows,
-            planned_insert_into=[i + 1 for i in plan.planned_insert],
-            planned_delete_from=[i + 1 for i in plan.planned_delete],
-            subindices_touched=[c.i + 1 for c in changes],
-            subindices_read=[c.i + 1 for c in changes if c.blocks_read],
-            subindices_written=[c.i + 1 for c in changes if c.new_runs or c.dropped_runs or c.dead_prefixes],
-            blocks_read=sum(c.blocks_read for c in changes), bytes_read=sum(c.bytes_read for c in changes),
-            blocks_written=sum(c.blocks_written for c in changes),
-            bytes_written=sum(c.bytes_written for c in changes),
-            per_subindex=[c.to_dict() for c in changes],
-        )
-        for k, v in io_delta(io0, proc_io()).items():
-            setattr(record, k, v)
-        record.wall_seconds = round(time.perf_counter() - t0, 6)
-        stage(txn, state, changes, schema if fixes_schema else None, checkpoint, record.to_dict())
-        commit(txn)
+        record = finish_update(txn, state, plan, changes, late_rows, schema if fixes_schema else None, checkpoint,
+                               t0, io0)
     except SimulatedCrash:
         txn.abort()  # as a crash would lose it; files stay behind, as a crash leaves them
         raise
     except BaseException:
         txn.abort()
-        for path in created:
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
+        for path in created:  # files of an update that will not commit
+            files.FS.remove(path)
         raise
     crash_point("update.after_commit")
+    return record
+
+
+def input_table(table: pa.Table, cfg, stored: pa.Schema | None) -> pa.Table:
+    """``table``, or for a table with no columns ("nothing to insert" from a producer that has
+    seen no data yet, so knows no schema) an empty table of the stored or minimal schema."""
+    if table.num_columns or table.num_rows:
+        return table
+    table = (stored or pa.schema([(cfg.key_column, pa.int64()), (cfg.ts_column, pa.int64()),
+                                  (cfg.exp_column, pa.int64())])).empty_table()
+    if stored is None:
+        table = table.cast(pa.schema([pa.field(f.name, f.type, nullable=False) for f in table.schema]))
+    return table
+
+
+def descriptor_reader(archive, txn) -> Callable[[str], RunDescriptor]:
+    """Reads run descriptors in ``txn``, through the archive's cache (run files never change)."""
+    def descriptor(name: str) -> RunDescriptor:
+        desc = archive._descriptors.get(name)
+        if desc is None:
+            desc = read_run(txn, name)
+            archive._descriptors.put(name, desc)
+        return desc
+    return descriptor
+
+
+def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], late_rows: int, schema_to_write,
+                  checkpoint: dict[str, bytes] | None, t0: float, io0: dict) -> dict:
+    """Writes the new version (state, runs, update record, checkpoint) into ``txn`` and commits
+    it: the single commit point, shared by updates whose runs this process or Spark tasks wrote.
+    ``plan`` gives the update's slot and planned sets; ``plan.rows`` is not used."""
+    j, at = plan.slot, plan.time
+    state.last_slot = j
+    state.update_seq += 1
+    state.late_rows += late_rows
+    record = UpdateRecord(
+        seq=state.update_seq, time=at, slot=j, kind="bulk" if plan.bulk else "periodic",
+        slots_processed=list(plan.deletion_slots or []), input_rows=plan.input_rows,
+        inserted=sum(c.inserted for c in changes), deleted=sum(c.deleted for c in changes),
+        dropped_expired=plan.dropped, late_rows=late_rows,
+        planned_insert_into=[i + 1 for i in plan.planned_insert],
+        planned_delete_from=[i + 1 for i in plan.planned_delete],
+        subindices_touched=[c.i + 1 for c in changes],
+        subindices_read=[c.i + 1 for c in changes if c.blocks_read],
+        subindices_written=[c.i + 1 for c in changes if c.new_runs or c.dropped_runs or c.dead_prefixes],
+        blocks_read=sum(c.blocks_read for c in changes), bytes_read=sum(c.bytes_read for c in changes),
+        blocks_written=sum(c.blocks_written for c in changes),
+        bytes_written=sum(c.bytes_written for c in changes),
+        per_subindex=[c.to_dict() for c in changes],
+    )
+    for k, v in io_delta(io0, proc_io()).items():
+        setattr(record, k, v)
+    record.wall_seconds = round(time.perf_counter() - t0, 6)
+    stage(txn, state, changes, schema_to_write, checkpoint, record.to_dict())
+    commit(txn)
     return record.to_dict()

@@ -51,9 +51,7 @@ def plan_update(cfg: ArchiveConfig, last_slot: int | None, j: int, table: pa.Tab
     dropped = int(table.num_rows - np.count_nonzero(live))
     if dropped:
         table, ts, exp = table.filter(pa.array(live)), ts[live], exp[live]
-    k_ins = tm.slots(ts) if bulk else np.full(table.num_rows, j, dtype=np.int64)
-    k_exp = tm.slots(exp)
-    sub = layout.subindex_of(k_ins, k_exp)
+    k_ins, k_exp, sub = subindex_of_rows(cfg, bulk, j, ts, exp)
     order = _order(table.column(cfg.key_column), exp, sub, k_exp if cfg.mode == "norebuild" else None)
     rows = table.append_column(pa.field(INS_SLOT, pa.int64(), nullable=False), pa.array(k_ins, pa.int64()))
     if rows.num_rows > 1:
@@ -74,6 +72,16 @@ def plan_update(cfg: ArchiveConfig, last_slot: int | None, j: int, table: pa.Tab
         planned_delete=planned_delete, rows=rows, exp_slots=k_exp[order], cuts=cuts,
         input_rows=table.num_rows + dropped, dropped=dropped,
     )
+
+
+def subindex_of_rows(cfg: ArchiveConfig, bulk: bool, j: int, ts: np.ndarray, exp: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(insertion slot, expiration slot, sub-index) of each record of the update of slot ``j``
+    (docs/spec.md section 3); ``bulk``: the initial load, whose insertion slot is slot(ts)."""
+    tm = cfg.time
+    k_ins = tm.slots(ts) if bulk else np.full(len(ts), j, dtype=np.int64)
+    k_exp = tm.slots(exp)
+    return k_ins, k_exp, cfg.layout_obj.subindex_of(k_ins, k_exp)
 
 
 def _order(keys: pa.ChunkedArray, exp: np.ndarray, sub: np.ndarray, k_exp: np.ndarray | None) -> np.ndarray:

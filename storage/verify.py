@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from .block_format import INS_SLOT, physical_schema
 from .errors import CorruptionError, EbbError
-from .files import DATA_DIR, parse_run_file
+from .files import parse_run_file
 from .manifest import LiveRun, check_all, read_garbage
 from .task_reader import read_blocks
 
@@ -41,8 +41,8 @@ def verify(archive) -> tuple[list[str], list[str]]:
             problems.append("updates were committed but no schema is stored")
         referenced = set()
         for i, s in enumerate(state.subindices):
-            if cfg.mode == "rebuild" and len(s.runs) > 1:
-                problems.append(f"I{i + 1}: a Rebuild sub-index has {len(s.runs)} runs; it must have at most one")
+            if cfg.mode == "rebuild":
+                problems += _check_key_ranges(snap, i, s.runs)
             for run in s.runs:
                 referenced.add(run.name)
                 try:
@@ -54,7 +54,7 @@ def verify(archive) -> tuple[list[str], list[str]]:
         except CorruptionError as e:
             problems.append(str(e))
             pending = set()
-        data_dir = os.path.join(archive.path, DATA_DIR)
+        data_dir = archive.data_dir
         for name in sorted(os.listdir(data_dir)):
             if name in referenced:
                 continue
@@ -65,6 +65,17 @@ def verify(archive) -> tuple[list[str], list[str]]:
             else:
                 notes.append(f"{name}: not an ebb file")
     return problems, notes
+
+
+def _check_key_ranges(snap, i: int, runs: list[LiveRun]) -> list[str]:
+    """A Rebuild sub-index's runs (one, or one per Spark task that wrote it) hold disjoint key ranges."""
+    ranges = []
+    for run in runs:
+        desc = snap.descriptor(run.name)
+        ranges.append((desc.first_keys[run.first_live], desc.last_keys[-1], run.name))
+    ranges.sort(key=lambda r: r[0])
+    return [f"I{i + 1}: Rebuild runs {a[2]} and {b[2]} overlap in key range" for a, b in zip(ranges, ranges[1:])
+            if a[1] >= b[0]]
 
 
 def _check_run(archive, snap, i: int, run: LiveRun) -> list[str]:
@@ -78,7 +89,7 @@ def _check_run(archive, snap, i: int, run: LiveRun) -> list[str]:
     if expect != run:
         return [f"{name}: the state's sizes {run} differ from the descriptor's {expect}"]
     blocks = desc.entries[run.first_live:]
-    path = os.path.join(archive.path, DATA_DIR, run.name)
+    path = os.path.join(archive.data_dir, run.name)
     if not os.path.exists(path):
         return [f"{name}: its file is missing"]
     if os.path.getsize(path) < desc.file_bytes:

@@ -235,3 +235,23 @@ def test_huge_p_refused_at_init(tmp_path):
             "--interval", 1, "--start", 0)
     assert r.returncode == 2 and "at most 1000000" in r.stderr, r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_metadata_on_a_network_file_system_is_refused(tmp_path, monkeypatch):
+    from ebb.storage import files
+    from ebb.storage.errors import ArchiveError
+
+    (tmp_path / "nfs").mkdir()  # the mount point
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\nserver:/export {tmp_path / 'nfs'} nfs4 rw 0 0\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(mounts if p == "/proc/mounts" else p, *a, **k))
+    assert files.filesystem_type(str(tmp_path / "nfs" / "not" / "yet")) == "nfs4"
+    assert files.filesystem_type(str(tmp_path / "local")) == "ext4"
+    with pytest.raises(ArchiveError, match="nfs4 file system; the archive's metadata"):
+        Archive.create(str(tmp_path / "nfs" / "arc"), config())
+    assert not os.path.exists(tmp_path / "nfs" / "arc")
+    # the data files may go there: only the metadata must stay local
+    Archive.create(str(tmp_path / "arc"), config(), data_dir=str(tmp_path / "nfs" / "data")).close()
+    with Archive(str(tmp_path / "arc")) as arc:
+        assert arc.data_dir == str(tmp_path / "nfs" / "data")

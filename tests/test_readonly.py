@@ -7,13 +7,14 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from ebb.query.reader import ArchiveReader
 from ebb.storage.archive import Archive, ArchiveError
 
-from support import SCHEMA, config, rows_multiset
+from support import SCHEMA, config, random_rows, rows_multiset
 
 HOLD_WRITE_TXN = """
 import sys, time, lmdb
@@ -71,3 +72,28 @@ def test_archives_of_another_format_are_refused_by_version(tmp_path):
         Archive(str(path))
     r = subprocess.run([sys.executable, "-m", "ebb.query.cli", "stats", str(path)], capture_output=True, text=True)
     assert r.returncode == 1 and "format version 1" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_task_read_without_the_metadata_equals_the_pinned_read_or_fails(tmp_path):
+    """What a Spark executor that mounts only the data files does (docs/cluster.md)."""
+    from ebb.storage.errors import EbbError
+    from ebb.storage.read_plan import Probe, Scan
+    from ebb.storage.snapshot import read_unpinned
+
+    rng = np.random.default_rng(4)
+    with Archive.create(str(tmp_path / "a"), config(block_bytes=256), data_dir=str(tmp_path / "shared")) as arc:
+        arc.load(pa.Table.from_pylist(random_rows(rng, 300, 1, 16, 16, 20), schema=SCHEMA), 16)
+        with arc.snapshot() as snap:
+            tasks = snap.plan(Scan()) + snap.plan(Probe([3]))
+            args = snap.read_args()
+            assert args[0] == str(tmp_path / "shared")
+            for t in tasks:
+                want = rows_multiset(pa.Table.from_batches(list(snap.read(t)), snap.schema))
+                got = rows_multiset(pa.Table.from_batches(list(read_unpinned(t, *args)), snap.schema))
+                assert got == want
+        # updates reclaim what the plan named (nothing pinned it): the read fails, never answers
+        for T in (18, 20):
+            arc.load(pa.Table.from_pylist(random_rows(rng, 50, T - 1, T, 16, 20), schema=SCHEMA), T)
+        with pytest.raises((EbbError, OSError)):
+            for t in tasks:
+                list(read_unpinned(t, *args))

@@ -38,12 +38,12 @@ ANON_SAMPLE_S = 0.002
 
 
 class AnonPeak:
-    """Context manager: ``base`` is RssAnon (bytes) on entry, ``peak`` the largest value sampled
-    until exit (0 for both where /proc/self/status is unavailable); ``rchar`` is what the
+    """Context manager: ``base`` is RssAnon (bytes) of process ``pid`` on entry, ``peak`` the
+    largest value sampled until exit (0 for both where /proc/self/status is unavailable); ``rchar`` is what the
     sampling itself read, to be taken off the operation's ``rchar``."""
 
-    def __init__(self, interval_s: float = ANON_SAMPLE_S):
-        self.interval_s = interval_s
+    def __init__(self, interval_s: float = ANON_SAMPLE_S, pid: int | str = "self"):
+        self.interval_s, self.pid = interval_s, pid
         self.base = self.peak = self.rchar = 0
         self._stop = threading.Event()
         self._fd = -1
@@ -63,7 +63,7 @@ class AnonPeak:
 
     def __enter__(self) -> "AnonPeak":
         try:
-            self._fd = os.open("/proc/self/status", os.O_RDONLY)
+            self._fd = os.open(f"/proc/{self.pid}/status", os.O_RDONLY)
         except OSError:
             return self
         self.base = self.peak = self._sample()

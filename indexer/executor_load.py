@@ -1,0 +1,130 @@
+"""Loading a tick on Spark executors: the tick's results never come to the driver.
+
+The driver plans the update (``storage.partitioned_update.prepare``: one part per key range of a
+touched Rebuild sub-index, or per NoRebuild sub-index receiving records). A ``mapInArrow`` over
+the tick's DataFrame validates every batch and tags each record with its part; a repartition
+makes part k Spark partition k; the task of partition k writes part k's run into the shared data
+directory and returns a one-row result. The driver collects only those results and adopts them
+at the archive's single commit point (``finish``), with the scheduler's checkpoint, so a tick
+still commits exactly once. A failed, retried or speculative task leaves only unreferenced files,
+which recovery removes before the next update.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, fields
+
+import numpy as np
+import pyarrow as pa
+
+from ..storage import errors
+from ..storage.iostats import proc_io
+from ..storage.partitioned_update import PART_BYTES, PartitionedUpdate, PartResult, finish, prepare
+from ..storage.recovery import collect_garbage, recover
+
+PART_COLUMN = "__ebb_part"
+_RESULT_SCHEMA = pa.schema([
+    ("part", pa.int64()), ("run", pa.binary()), ("run_name", pa.string()), ("input_rows", pa.int64()),
+    ("dropped", pa.int64()), ("inserted", pa.int64()), ("deleted", pa.int64()), ("blocks_read", pa.int64()),
+    ("bytes_read", pa.int64()), ("seconds", pa.float64()),
+])
+assert _RESULT_SCHEMA.names == [f.name for f in fields(PartResult)]
+_ERROR = re.compile(r"EBB-ERROR (\w+): (.*)")
+_keys_cache: dict[int, list[int]] = {}
+
+
+def load(spark, archive, df, at: int, checkpoint: dict[str, bytes] | None = None, late_rows: int = 0,
+         part_bytes: int = PART_BYTES) -> dict:
+    """Applies the update at ``at`` with the rows of ``df`` (which has ts and exp as bigint),
+    written by Spark tasks; returns the update record with the tasks' and the commit's times."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    t0, io0 = time.perf_counter(), proc_io()
+    with archive.writer_lock(), archive._metadata_errors():
+        recover(archive.env, archive.data_dir)
+        pu = prepare(archive, to_arrow_schema(df.schema, timezone="UTC"), at, part_bytes)
+        t1 = time.perf_counter()
+        results = _run_parts(spark, df, pu)
+        t2 = time.perf_counter()
+        record = finish(archive, pu, results, checkpoint, late_rows, t0, io0)
+        collect_garbage(archive.env, archive.data_dir)
+    record.update(parts=len(pu.parts), plan_seconds=round(t1 - t0, 3), tasks_seconds=round(t2 - t1, 3),
+                  commit_seconds=round(time.perf_counter() - t2, 3),
+                  part_seconds_max=max((r.seconds for r in results), default=0.0))
+    return record
+
+
+def _run_parts(spark, df, pu: PartitionedUpdate) -> list[PartResult]:
+    from pyspark.errors import PySparkException
+    from pyspark.sql.types import LongType, StructField, StructType
+    from py4j.protocol import Py4JJavaError
+
+    n = len(pu.parts)
+    keys = np.asarray(_partition_keys(spark, n), np.int64)
+    input_schema = df.schema
+
+    def route(batches):
+        with _reported():
+            for b in batches:
+                ids = pu.part_of(pa.Table.from_batches([b]))
+                yield b.append_column(PART_COLUMN, pa.array(keys[ids], pa.int64()))
+
+    def write(batches):
+        from pyspark import TaskContext
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        with _reported():
+            k = TaskContext.get().partitionId()
+            tables = []
+            for b in batches:
+                if b.num_rows and not (b.column(PART_COLUMN).to_numpy() == keys[k]).all():
+                    raise errors.ArchiveError(f"Spark partition {k} received records of another part")
+                tables.append(pa.Table.from_batches([b]).drop_columns([PART_COLUMN]))
+            table = pa.concat_tables(tables) if tables else to_arrow_schema(input_schema, timezone="UTC").empty_table()
+            r = pu.write_part(k, table)
+            yield pa.RecordBatch.from_pylist([asdict(r)], schema=_RESULT_SCHEMA)
+
+    routed = StructType(input_schema.fields + [StructField(PART_COLUMN, LongType(), False)])
+    result_struct = "part long, run binary, run_name string, input_rows long, dropped long, inserted long, " \
+                    "deleted long, blocks_read long, bytes_read long, seconds double"
+    try:
+        out = df.mapInArrow(route, routed).repartition(n, PART_COLUMN).mapInArrow(write, result_struct).toArrow()
+    except (PySparkException, Py4JJavaError) as e:
+        m = _ERROR.search(str(e))
+        if m is None:
+            raise
+        cls = getattr(errors, m.group(1), errors.ArchiveError)
+        raise cls(m.group(2)) from None
+    return [PartResult(**row) for row in out.to_pylist()]
+
+
+class _reported:
+    """Re-raises an ebb error inside a task as one line the driver can parse back (Spark wraps
+    a task's exception in its own, with the Python traceback as text)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, errors.EbbError):
+            raise RuntimeError(f"EBB-ERROR {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        return False
+
+
+def _partition_keys(spark, n: int) -> list[int]:
+    """For each partition 0..n-1 of ``repartition(n, col)``, a bigint value that Spark's own hash
+    sends there (asked of Spark rather than re-implemented)."""
+    if n not in _keys_cache:
+        from pyspark.sql import functions as F
+
+        found: dict[int, int] = {}
+        size = 8 * n
+        while len(found) < n:
+            t = spark.range(0, size).select("id", F.expr(f"pmod(hash(id), {n})").alias("p")).toArrow()
+            for v, p in zip(t.column("id").to_pylist(), t.column("p").to_pylist()):  # 8n values, once per n
+                found.setdefault(p, v)
+            size *= 4
+        _keys_cache[n] = [found[p] for p in range(n)]
+    return _keys_cache[n]
