@@ -36,7 +36,7 @@ def register(sub) -> None:
                         "'executors' has Spark tasks write them into the archive's data_dir, which every executor "
                         "must mount, and only commits here (default: executors with a cluster --master, else driver)")
     p.add_argument("--part-mib", type=float, metavar="MIB",
-                   help="with --load-on executors: live MiB of a Rebuild sub-index one Spark task rewrites (default 256)")
+                   help="with --load-on executors: live MiB of a Rebuild sub-index one Spark task rewrites (default 128)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark configuration, repeatable")
     p.add_argument("--verbose", action="store_true", help="show Spark's and the JVM's own log output")
     p.set_defaults(handler=run_cmd)

@@ -197,7 +197,7 @@ def _executor_pids() -> list[int]:
 
 def test_standalone_cluster_same_answers_and_survives_a_killed_executor(tmp_path, cluster):
     master, env = cluster
-    landing = _landing(tmp_path, seed=9, users=200, rate=4000)
+    landing = _landing(tmp_path, seed=9, users=200, rate=2500)
     with Scheduler(load_job(str(_job(tmp_path, "single", landing, "rebuild"))), say=lambda m: None) as s:
         want = {}
         for _ in range(TICKS):

@@ -27,8 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from .workloads import MB, _per_slot
+
 SCALING_UPDATES = 3
-THESIS_LARGE = dict(record_bytes=1000, keys=100, p=36, per_slot=138_889)  # 5 GB / 1000 B / 36 slots
+THESIS_LARGE = dict(record_bytes=1000, keys=100, p=36, per_slot=_per_slot(5000 * MB, 1000))  # ~5 GB live
 
 
 def register(subparsers) -> None:
