@@ -149,15 +149,15 @@ def rebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.Ta
     return ch
 
 
-def rewrite(ctx: MaintenanceContext, i: int, slices: list[RunSlice], rows: pa.Table, delete_upto: int | None
-            ) -> SubIndexChange:
+def rewrite(ctx: MaintenanceContext, i: int, slices: list[RunSlice], rows: pa.Table, delete_upto: int | None,
+            key_range: tuple = (None, None)) -> SubIndexChange:
     """Writes one new run of sub-index i: the records of ``slices`` (key-ordered, disjoint key
-    ranges) with exp > ``delete_upto`` (all if None) merged with ``rows`` (sorted by (key, exp)).
-    The caller decides which runs the new one replaces."""
+    ranges) with exp > ``delete_upto`` (all if None) and keys in ``key_range`` = [lo, hi) (None:
+    open), merged with ``rows`` (sorted by (key, exp)). The caller decides which runs it replaces."""
     ch = SubIndexChange(i, [])
     key = ctx.config.key_column
     w = ctx.writer(i)
-    old = (chunk for s in slices for chunk in _old_chunks(ctx, s, ch, delete_upto))
+    old = (chunk for s in slices for chunk in _old_chunks(ctx, s, ch, delete_upto, key_range))
     new_keys = rows.column(key)
     pos = 0
     held = None  # old records of the last key of the previous chunk (it may continue)
@@ -184,25 +184,38 @@ def rewrite(ctx: MaintenanceContext, i: int, slices: list[RunSlice], rows: pa.Ta
     return ch
 
 
-def _old_chunks(ctx: MaintenanceContext, piece: RunSlice, ch: SubIndexChange, delete_upto: int | None) -> Iterator[pa.Table]:
-    """The slice's records with exp > ``delete_upto``, in (key, exp) order, as tables of
-    about MERGE_CHUNK_BYTES read sequentially. Wholly expired blocks are skipped unread."""
+def _old_chunks(ctx: MaintenanceContext, piece: RunSlice, ch: SubIndexChange, delete_upto: int | None,
+                key_range: tuple = (None, None)) -> Iterator[pa.Table]:
+    """The slice's records with exp > ``delete_upto`` and keys in ``key_range`` [lo, hi), in
+    (key, exp) order, as tables of about MERGE_CHUNK_BYTES read sequentially. Wholly expired
+    blocks are skipped unread, unless they cross the key range's edge (two parts read those,
+    and each counts only its own records)."""
     desc = ctx.descriptor(piece.name)
+    lo, hi = key_range
+    key, exp = ctx.config.key_column, ctx.config.exp_column
+    crossing = {desc.entries[b].offset for b in range(piece.start, piece.stop)
+                if (lo is not None and desc.first_keys[b] < lo) or (hi is not None and desc.last_keys[b] >= hi)}
     blocks = desc.entries[piece.start:piece.stop]
-    exp = ctx.config.exp_column
     if delete_upto is not None:
-        ch.deleted += sum(e.rows for e in blocks if e.max_exp <= delete_upto)
-        blocks = [e for e in blocks if e.max_exp > delete_upto]
+        ch.deleted += sum(e.rows for e in blocks if e.max_exp <= delete_upto and e.offset not in crossing)
+        blocks = [e for e in blocks if e.max_exp > delete_upto or e.offset in crossing]
     source = ctx.open_files.source(piece.name, sequential=True)
     schema = physical_schema(ctx.schema)
     parts, size = [], 0
     for e, batch in read_blocks(source, blocks, schema, f"sub-index I{ch.i + 1}, run {piece.name}"):
         ch.blocks_read += 1
         ch.bytes_read += e.length
+        if e.offset in crossing:
+            k = batch.column(key)
+            inside = pc.and_(pc.greater_equal(k, lo) if lo is not None else pc.is_valid(k),
+                             pc.less(k, hi) if hi is not None else pc.is_valid(k))
+            batch = batch.filter(inside)
         if delete_upto is not None and e.min_exp <= delete_upto:
             keep = np.asarray(batch.column(exp).to_numpy() > delete_upto)
             ch.deleted += int(keep.size - keep.sum())
             batch = batch.filter(pa.array(keep))
+        if batch.num_rows == 0:
+            continue
         parts.append(batch)
         size += e.length
         if size >= MERGE_CHUNK_BYTES:

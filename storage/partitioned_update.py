@@ -25,6 +25,7 @@ run per part, with disjoint key ranges (``maintenance.key_ordered_slices`` reads
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 
@@ -51,11 +52,13 @@ PART_BYTES = 128 << 20
 
 @dataclass
 class Part:
-    """One task's share of an update: sub-index ``i``, keys from ``lo`` (None: the lowest) up to
-    the next part's ``lo``, and (Rebuild) the stretches of old runs it rewrites."""
+    """One task's share of an update: sub-index ``i``, keys in [lo, hi) (None: open), and
+    (Rebuild) the stretches of old runs it rewrites (blocks at the edges are shared with the
+    neighbouring parts, each keeping its own keys)."""
 
     i: int
     lo: object | None
+    hi: object | None = None
     slices: list[RunSlice] = field(default_factory=list)
     descriptors: dict[str, bytes] = field(default_factory=dict)  # sealed descriptors of the slices' runs
     delete_upto: int | None = None  # Rebuild: drop records with exp <= this
@@ -150,7 +153,7 @@ class PartitionedUpdate:
         ctx = MaintenanceContext(cfg, schema, self.data_dir, open_files, descriptor, self.base_seq + 1, created)
         try:
             if cfg.mode == "rebuild":
-                ch = rewrite(ctx, part.i, part.slices, rows, part.delete_upto)
+                ch = rewrite(ctx, part.i, part.slices, rows, part.delete_upto, (part.lo, part.hi))
             else:
                 ch = norebuild(ctx, part.i, SubIndexState(), rows, slots, None)
             if created:
@@ -197,22 +200,21 @@ def _empty_plan(cfg, state, j: int, schema: pa.Schema) -> UpdatePlan:
 
 def _rebuild_parts(ctx: MaintenanceContext, i: int, current: SubIndexState, delete_upto: int | None,
                    part_bytes: int) -> list[Part]:
-    """Sub-index i's live runs cut into key ranges of about ``part_bytes``, cut only where a key
-    changes, so no key's records span two parts."""
+    """Sub-index i's live runs cut into key ranges of about ``part_bytes``. A cut falls at a key
+    that starts a block; the blocks before it that still hold that key go to both parts."""
     parts = [Part(i, None, delete_upto=delete_upto)]
-    size, last_key = 0, None
+    size = 0
     for s in key_ordered_slices(ctx, current):
         desc = ctx.descriptor(s.name)
         start = s.start
         for b in range(s.start, s.stop):
             first = desc.first_keys[b]
-            if size >= part_bytes and last_key is not None and first > last_key:
-                if b > start:
-                    parts[-1].slices.append(RunSlice(s.name, start, b))
+            if size >= part_bytes and b > start and (parts[-1].lo is None or first > parts[-1].lo):
+                parts[-1].slices.append(RunSlice(s.name, start, b))
+                parts[-1].hi = first
                 parts.append(Part(i, first, delete_upto=delete_upto))
-                size, start = 0, b
+                size, start = 0, bisect.bisect_left(desc.last_keys, first, start, b)
             size += desc.entries[b].length
-            last_key = desc.last_keys[b]
         if s.stop > start:
             parts[-1].slices.append(RunSlice(s.name, start, s.stop))
     for p in parts:

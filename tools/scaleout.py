@@ -30,6 +30,8 @@ from pathlib import Path
 from .workloads import MB, _per_slot
 
 SCALING_UPDATES = 3
+CHILD_TIMEOUT_S = 1800
+ROWS_PER_INPUT_PARTITION = 150_000  # generated results per Spark partition of the routing stage
 THESIS_LARGE = dict(record_bytes=1000, keys=100, p=36, per_slot=_per_slot(5000 * MB, 1000))  # ~5 GB live
 
 
@@ -85,7 +87,7 @@ def _commit() -> str:
 
 def _in_child(spec: dict) -> dict:
     r = subprocess.run([sys.executable, "-m", "ebb.query.cli", "bench-scaleout", "--child", json.dumps(spec)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     if r.returncode != 0:
         raise RuntimeError(f"{spec['kind']} run failed: {r.stderr.strip().splitlines()[-1:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -104,6 +106,10 @@ def _results(spark, n: int, lo: int, hi: int, s: int, keys: int, record_bytes: i
             .select("key", "ts", (F.col("ts") + F.col("life")).alias("exp"), "payload"))
 
 
+def _input_partitions(rows: int, cores: int) -> int:
+    return max(2 * cores, -(-rows // ROWS_PER_INPUT_PARTITION))
+
+
 def _child(spec: dict) -> dict:
     from ..indexer.executor_load import load
     from ..indexer.spark import session
@@ -117,7 +123,7 @@ def _child(spec: dict) -> dict:
     if spec["kind"] == "memory":
         cfg = build_config(layout="doubly", mode="rebuild", interval=10, max_lifetime=100, start=100, G=2, E=2)
         arc = Archive.create(spec["dir"], cfg)
-        df = _results(spark, spec["rows"], 0, 100, 100, 1_000_000, 200, 7, 2 * cores)
+        df = _results(spark, spec["rows"], 0, 100, 100, 1_000_000, 200, 7, _input_partitions(spec["rows"], cores))
         release_unused_memory()
         with AnonPeak() as py, AnonPeak(pid=jvm_pid) as jvm:
             t0 = time.perf_counter()
@@ -135,7 +141,7 @@ def _child(spec: dict) -> dict:
     for u in range(spec["updates"] + 1):
         at = s + u
         lo, n = (0, w["per_slot"] * s) if u == 0 else (at - 1, w["per_slot"])
-        df = _results(spark, n, lo, at, s, w["keys"], w["record_bytes"], 11 + u, 4 * cores)
+        df = _results(spark, n, lo, at, s, w["keys"], w["record_bytes"], 11 + u, _input_partitions(n, cores))
         rec = load(spark, arc, df, at)
         updates.append({k: rec[k] for k in ("kind", "input_rows", "inserted", "deleted", "parts", "plan_seconds",
                                             "tasks_seconds", "commit_seconds", "part_seconds_max", "bytes_read",
