@@ -600,6 +600,22 @@ def _runs_section(summaries: dict[str, pd.DataFrame], machines: dict[str, dict],
                                    "configurations", "all answers correct", "ebb commit", "started"], rows) + "\n"
 
 
+def _scaleout_section(figdir: Path) -> str:
+    """``ebb bench-scaleout``'s last published run (docs/benchmarks/scaleout.json), if any."""
+    path = figdir / "scaleout.json"
+    if not path.exists():
+        return ""
+    from .scaleout import summary
+
+    return ("## Scale-out: ticks loaded by Spark executors\n\n"
+            "`ebb bench-scaleout` (docs/cluster.md): the driver's peak anonymous memory while executors load a "
+            "tick of 100k and of 1M generated results (200-byte records, about half already expired, so not "
+            "stored), and thesis-large (about 5 GB live, Rebuild 4x4) updated by executors with 1 and 2 executor "
+            "cores, each update split into the Spark job (routing and writing the parts) and the commit on the "
+            "driver (with garbage collection of the replaced runs). Medians over 3 periodic updates.\n\n"
+            + summary(json.loads(path.read_text())) + "\n")
+
+
 def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir: Path) -> str:
     parts = [INTRO, _measured_line(machines), "## Headline: ebb against its peers\n"]
     for w, s in summaries.items():
@@ -661,6 +677,7 @@ def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir
                  "for ebb's fastest-updating doubly and wave layouts and the peers.\n")
     parts.append(_limits_section(summaries, machines))
     parts += [_figure(figdir, f"io-amplification-{w}", f"I/O amplification, {w}") for w in ORDER]
+    parts.append(_scaleout_section(figdir))
     parts.append(_deviations(machines))
     parts.append(_runs_section(summaries, machines, figdir))
     return "\n".join(p for p in parts if p)
