@@ -27,12 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .workloads import MB, _per_slot
-
 SCALING_UPDATES = 3
 CHILD_TIMEOUT_S = 1800
 ROWS_PER_INPUT_PARTITION = 150_000  # generated results per Spark partition of the routing stage
-THESIS_LARGE = dict(record_bytes=1000, keys=100, p=36, per_slot=_per_slot(5000 * MB, 1000))  # ~5 GB live
+THESIS_LARGE = dict(record_bytes=1000, keys=100, p=36, live_bytes=5_000_000_000)  # as `ebb bench thesis-large`
 
 
 def register(subparsers) -> None:
@@ -133,7 +131,9 @@ def _child(spec: dict) -> dict:
         return {"rows": spec["rows"], "inserted": rec["inserted"], "wall_s": round(wall, 3),
                 "driver_python_anon_base": py.base, "driver_python_anon_peak": py.peak,
                 "driver_jvm_anon_base": jvm.base, "driver_jvm_anon_peak": jvm.peak}
-    w = THESIS_LARGE
+    from .workloads import _per_slot
+
+    w = dict(THESIS_LARGE, per_slot=_per_slot(THESIS_LARGE["live_bytes"], THESIS_LARGE["record_bytes"]))
     s = w["p"]
     cfg = build_config(layout="doubly", mode="rebuild", interval=1, max_lifetime=s, start=s, G=4, E=4)
     arc = Archive.create(spec["dir"], cfg)
