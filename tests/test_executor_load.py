@@ -90,7 +90,7 @@ def test_executors_give_the_single_process_answers_at_every_tick(spark, tmp_path
     landing = _landing(tmp_path, rate=300)
     single = Scheduler(load_job(str(_job(tmp_path, "single", landing, mode))), say=lambda m: None)
     parted = Scheduler(load_job(str(_job(tmp_path, "parted", landing, mode, tmp_path / "shared"))),
-                       say=lambda m: None, load_on="executors", part_bytes=1000)
+                       say=lambda m: None, load_on="executors", part_bytes=4000)
     with single, parted:
         for _ in range(TICKS):
             want = _next_tick(single)

@@ -42,7 +42,7 @@ def load_in_parts(arc: Archive, table: pa.Table, at: int, part_bytes: int, batch
     return rec
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.sampled_from([1, 700, 1 << 30]))
 def test_parts_match_the_oracle_and_a_single_process(sc, part_bytes):
     rng = np.random.default_rng(sc["seed"])
