@@ -12,7 +12,7 @@ from importlib import metadata
 
 from .measure import cold_cache_problem, disk_bandwidth
 
-_LIBS = ("ebb", "numpy", "pyarrow", "lmdb", "duckdb", "rocksdict", "fastparquet", "matplotlib", "tqdm")
+_LIBS = ("ebb", "numpy", "pyarrow", "lmdb", "duckdb", "rocksdict", "matplotlib", "tqdm")
 
 
 def _cpu_model() -> str:

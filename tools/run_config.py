@@ -20,12 +20,15 @@ import json
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 
 from .configs import Config, parse
 from .measure import Sample, dir_size_bytes, drop_caches, measure, open_handles
 from .store import ReadResult, Store
 from .workloads import WORKLOADS, Workload
+
+HANDLE_GRACE_S = 5.0
 
 COLUMNS = [
     "workload", "config", "family", "technique", "mode", "n", "G", "E", "op", "slot", "cache",
@@ -103,7 +106,11 @@ def go_cold(store: Store, store_dir: str) -> None:
     """Closes the store, checks that it holds nothing under ``store_dir`` open or mapped, drops
     the page cache and reopens it (untimed)."""
     store.close()
-    held = open_handles(store_dir)
+    # pyarrow's dataset scanner closes its files on I/O threads after the last batch is
+    # returned, so give handles a moment to go before calling them held.
+    deadline = time.monotonic() + HANDLE_GRACE_S
+    while (held := open_handles(store_dir)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     if held:
         raise RuntimeError(f"{store.name}: still open after close(), so a cold measurement would be partly warm: "
                            + ", ".join(held[:5]))
