@@ -5,7 +5,8 @@ The end-to-end test asserts that results are produced and sane (rows for every c
 every probe and scan equal to the brute-force oracle for ebb and for every peer, G + E - 1
 sub-indices per doubly partitioned update, block counts and peak anonymous memory recorded,
 figures written), never timings. The report tests check the headline and acceptance tables
-against summaries built to meet or miss each target.
+against summaries built to meet or miss each target. The periodic workload's tests check its
+rate, where round-robin puts its bursts, the sub-index sizes ebb reports, and its report section.
 """
 
 from __future__ import annotations
@@ -81,6 +82,74 @@ def test_same_batch_larger_archive_workload():
     assert 9.5 < big.expected_live_bytes / small.expected_live_bytes < 10.5  # an archive 10x larger
     assert WORKLOADS["thesis-large"].per_slot == 10 * small.per_slot  # which thesis-large's batch is not
     assert set(configs.default_configs("thesis-large-smallbatch")) <= set(configs.default_configs("thesis-small"))
+
+
+def test_periodic_rate_has_period_g_and_round_robin_sends_bursts_to_one_row():
+    """Thesis 4.3.3's worst case: the rate repeats every G slots, so round-robin puts every burst
+    into one row of the G x E index (docs/spec.md section 3), where chronological and random
+    allocation spread the bursts over several rows."""
+    from dataclasses import replace
+
+    from ebb.tools.ebb_store import archive_config
+
+    w = WORKLOADS["periodic"]
+    g = w.period
+    names = configs.default_configs("periodic")
+    assert sorted(names) == sorted(f"{m}4x4{s}" for m in ("Rebuild", "NoRebuild") for s in ("", "-chr", "-rand"))
+    assert all(configs.parse(n).G == g for n in names)
+    small = WORKLOADS["thesis-small"]
+    assert (w.per_slot, w.record_bytes, w.keys, w.p) == (small.per_slot, small.record_bytes, small.keys, small.p)
+    f = w.rate_factors()
+    assert np.allclose(f[g:], f[:-g])  # period G ...
+    assert not any(np.allclose(f[d:], f[:-d]) for d in range(1, g))  # ... and no shorter one
+    assert np.allclose(f.reshape(-1, g).mean(axis=1), 1.0)  # thesis-small's volume over every period
+    assert f.max() / f.min() == pytest.approx(w.fluctuation)
+
+    # the records themselves, on a small copy: insertion slot slot(ts) in the bulk load, j in update j
+    tiny = replace(w, per_slot=2000, record_bytes=64, updates=8)
+    tables = list(tiny.batches())
+    sizes = np.array([t.num_rows for _, _, t in tables[1:]])
+    burst = tiny.bursts(np.arange(1, 9))
+    assert burst.tolist() == [True, False, False, False] * 2
+    assert sizes[burst].min() > 3 * sizes[~burst].max()  # 4x the rate, less the records already expired
+    rows_of_bursts = {}
+    for name in ("Rebuild4x4", "Rebuild4x4-chr", "Rebuild4x4-rand"):
+        cfg = archive_config(configs.parse(name), tiny)
+        layout, tm = cfg.layout_obj, cfg.time
+        k_ins = np.concatenate([tm.slots(tables[0][2].column("ts").to_numpy())]
+                               + [np.full(t.num_rows, j) for j, _, t in tables[1:]])
+        k_exp = np.concatenate([tm.slots(t.column("exp").to_numpy()) for _, _, t in tables])
+        row = layout.subindex_of(k_ins, k_exp) // layout.E
+        in_burst = tiny.bursts(k_ins)
+        rows_of_bursts[name] = set(np.unique(row[in_burst]).tolist())
+        if name == "Rebuild4x4":
+            assert rows_of_bursts[name] == {0}, rows_of_bursts  # every burst record in row 1
+            assert (row[~in_burst] != 0).all()  # and nothing else there
+    assert len(rows_of_bursts["Rebuild4x4-chr"]) > 1 and len(rows_of_bursts["Rebuild4x4-rand"]) > 1, rows_of_bursts
+
+
+def test_subindex_balance_is_what_the_archive_holds(tmp_path):
+    """The largest and mean sub-index ebb reports after each update are those of the live
+    records, which the report also computes from the generated records alone."""
+    from dataclasses import replace
+
+    from ebb.tools.ebb_store import EbbStore
+    from ebb.tools.peers import make_peer
+    from ebb.tools.report import imbalance
+
+    w = replace(WORKLOADS["periodic"], per_slot=500, record_bytes=64, updates=4)
+    for name in ("Rebuild4x4", "NoRebuild4x4-rand"):
+        st = EbbStore(str(tmp_path / name), w, configs.parse(name))
+        os.makedirs(st.path)
+        st.create()
+        ratios = []
+        for j, at, batch in w.batches():
+            st.load(batch, at)
+            b = st.subindex_balance()
+            ratios.append(b["subidx_max_rows"] / b["subidx_mean_rows"])
+        st.close()
+        assert max(ratios[1:]) == pytest.approx(imbalance(configs.parse(name), w)), name  # after the periodic updates
+    assert make_peer("sqlite", str(tmp_path / "sqlite"), w).subindex_balance() == {}
 
 
 def test_peak_anon_counts_heap_not_mapped_files(tmp_path):
@@ -178,6 +247,12 @@ def test_bench_quick_end_to_end(tmp_path):
         assert (upd.disk_bytes > 0).all()
         assert (d.peak_anon_bytes >= d.base_anon_bytes).all() and (d.base_anon_bytes > 0).all(), name
         c = configs.parse(name)
+        loads = d[d.op.isin(["bulk", "update"])]
+        if c.family == "peer":
+            assert loads.subidx_max_rows.isna().all() and loads.subidx_mean_rows.isna().all(), name
+        else:  # the largest and mean sub-index after every load: a sub-index holds at most all records
+            assert (loads.subidx_mean_rows > 0).all() and (loads.subidx_max_rows >= loads.subidx_mean_rows).all(), name
+            assert (loads.subidx_max_rows <= loads.subidx_mean_rows * c.n + 1e-6).all(), name
         if c.family == "doubly":
             # every periodic update touches exactly G + E - 1 sub-indices (SPEC section 3)
             assert (upd.subindices == c.G + c.E - 1).all(), (name, upd.subindices.tolist())
@@ -264,6 +339,59 @@ def test_bench_report_renders(tmp_path):
     assert "Held." in text
     for stale in ("MADV", "PAX", "Known issues", "Problems found", "bucket maps", "peak RSS MB"):
         assert stale not in text, stale
+
+
+def _periodic_run(out: Path, random_gain: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A made-up periodic run of 8 updates written to ``out``/ops.csv: round-robin's update time
+    doubles on every burst slot and its largest sub-index holds 2.4x the mean; random allocation
+    divides the burst penalty and the excess imbalance by ``random_gain``. Returns (summary, ops)."""
+    from ebb.tools.results import load_ops, summarise
+    from ebb.tools.run_config import COLUMNS
+
+    names = configs.default_configs("periodic")
+    w = WORKLOADS["periodic"].with_updates(8)
+    slots = np.arange(1, 9)
+    rows = []
+    for name in names:
+        c = configs.parse(name)
+        gain = random_gain if c.partitioning == "random" else 1.0
+        base = 1.0 if c.mode == "rebuild" else 0.1
+        wall = base * (1 + w.bursts(slots) / gain)
+        imbalance = 1 + 1.4 / gain
+        rows += [{"workload": "periodic", "config": name, "family": c.family, "technique": c.technique, "mode": c.mode,
+                  "n": c.n, "G": c.G, "E": c.E, "op": "update", "slot": j, "cache": "warm", "wall_s": t,
+                  "data_bytes": 1e6, "os_write_bytes": 1e6, "subindices": 7, "subidx_max_rows": 1000 * imbalance,
+                  "subidx_mean_rows": 1000.0} for j, t in zip(slots, wall)]
+    out.mkdir()
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(out / "ops.csv", index=False)
+    return summarise(Plan("periodic", names, out, 8)), load_ops(out)
+
+
+def test_periodic_report_section(tmp_path):
+    """The periodic workload's section: its own table, a figure of every update, and a conclusion
+    that says whether random allocation helped, computed from the numbers; no peer or issue 8 rows."""
+    from ebb.tools import plots, report
+
+    summary, ops = _periodic_run(tmp_path / "helps", random_gain=4.0)
+    assert summary.update_cv.notna().all() and (summary.update_max_s >= summary.update_s).all()
+    rr = summary[summary.config == "Rebuild4x4"].iloc[0]
+    assert rr.subidx_imbalance_max == pytest.approx(2.4) and rr.update_max_s == pytest.approx(2.0)
+    figs = plots.draw_workload("periodic", {"periodic": summary}, tmp_path, ops=ops)
+    assert figs == [tmp_path / "periodic.png"] and figs[0].stat().st_size > 1000
+    series = pd.read_csv(tmp_path / "periodic.csv")
+    assert len(series) == len(ops) and series.burst.sum() == 2 * len(summary)  # slots 1 and 5 of each layout
+    text = report.render({"periodic": summary}, {"periodic": DISK}, tmp_path)
+    section = text.split("## periodic:", 1)[1].split("\n## ", 1)[0]
+    assert "### Does random allocation help?" in section and "](benchmarks/periodic.png)" in section
+    assert section.count("\n| Rebuild4x4 |") == 2  # the workload's table and the allocation table
+    assert "| Rebuild4x4 | round-robin | 9/0/0/0 |" in section  # every live burst in row 1
+    assert "**Held.**" in section and "random allocation helps in Rebuild and NoRebuild mode, by up to 38%" in section
+    assert "### periodic" not in text and all(w != "periodic" for w, _ in _verdicts(text))  # no headline, no issue 8 rows
+
+    summary, ops = _periodic_run(tmp_path / "same", random_gain=1.0)  # random no better than round-robin
+    section = report.render({"periodic": summary}, {"periodic": DISK}, tmp_path).split("## periodic:", 1)[1]
+    assert "**Did not hold.**" in section and "random allocation does not help here, in Rebuild or NoRebuild mode" in section
+    assert section.count("random allocation makes no measurable difference") == 2
 
 
 def test_bench_report_flags_missed_targets(tmp_path):

@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-WORKLOAD_NAMES = ("thesis-small", "thesis-large", "thesis-large-smallbatch", "fluctuating", "many-keys", "quick")
+WORKLOAD_NAMES = ("thesis-small", "thesis-large", "thesis-large-smallbatch", "fluctuating", "periodic", "many-keys", "quick")
 # per workload: (updates, scan every K-th update, cold-cache slot one in K scans); see --help
 SCHEDULES: dict[str, tuple[int, int, int]] = {
     "thesis-small": (36, 1, 6),
     "fluctuating": (36, 4, 9),
+    "periodic": (36, 1, 0),  # no cold slots: the spread of (warm) update times is the measure
     "thesis-large": (4, 2, 2),
     "thesis-large-smallbatch": (4, 2, 2),
     "many-keys": (6, 2, 3),
@@ -42,6 +43,10 @@ stated, bulk load then periodic updates, each followed by a probe of a random ke
   fluctuating    as thesis-small with the data rate varying randomly by up to x4 (Figure 4.8);
                  R-ins, D-ins, Rebuild, NoRebuild (round-robin and random) at n = 4, 16;
                  36 updates, a scan after every 4th, 1 cold slot
+  periodic       as thesis-small with a data rate periodic over 4 updates (one burst at 4x the
+                 rate of three quiet slots), the worst case of round-robin partitioning (thesis
+                 4.3.3): Rebuild and NoRebuild 4x4, round-robin, chronological and random;
+                 36 updates with a probe and a scan after each, no cold slots
   thesis-large   ~5 GB live (Figures 4.9-4.11): R-ins, D-ins at n = 4, 16, Rebuild and
                  NoRebuild 2x2, 4x4; no peers; 4 updates, a scan after every 2nd, 1 cold slot;
                  each update brings 10x thesis-small's batch
@@ -70,6 +75,7 @@ examples:
   ebb bench thesis-small --updates 12 --scan-every 2   # a shorter version (about 17 minutes)
   ebb bench thesis-large --configs Rebuild4x4,R-ins16 --updates 6
   ebb bench thesis-large-smallbatch                # 5 GB, thesis-small's batch: issue 8's memory target
+  ebb bench periodic                               # does random allocation help a periodic rate?
   ebb bench thesis-small --resume                  # continue an interrupted run
 """
 
@@ -132,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from . import plots
 
-        figs = plots.draw_workload(plan.workload, {plan.workload: summary}, plan.out)
+        figs = plots.draw_workload(plan.workload, {plan.workload: summary}, plan.out, ops=results.load_ops(plan.out))
         print(f"figures: {', '.join(str(f) for f in figs) or '(none for this set of configurations)'}")
     return status
 

@@ -98,6 +98,10 @@ def default_configs(workload: str) -> list[str]:
     if workload == "thesis-large-smallbatch":
         # the doubly partitioned layouts of thesis-large, for the update-memory comparison with thesis-small
         return doubly_layouts(((2, 2), (4, 4)), ("",))
+    if workload == "periodic":
+        # G = the workload's period (4, tools/workloads.py), so round-robin sends every burst to one row;
+        # the three partitionings of section 4.3.3 in both modes
+        return doubly_layouts(((4, 4),), ("", "-chr", "-rand"))
     if workload == "many-keys":
         return ["R-ins16", "D-ins16"] + doubly_layouts(((4, 4),), ("",)) + list(PEERS)
     raise ValueError(f"no default configurations for workload {workload!r}")

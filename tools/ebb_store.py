@@ -3,18 +3,34 @@
 Updates go through ``Archive.load`` (whose update record supplies ebb's own counts: sub-indices
 touched, blocks and bytes read and written); probes and scans through ``ArchiveReader``, whose
 ``ReadStats`` count the sub-indices, blocks and bytes a read planned; reads also report the
-archive's target block size (``block_bytes``, which depends on the mode). ``close`` closes the reader
-and the ``Archive``, which closes its LMDB environment and every run file it holds open
-(``archive.open_files``).
+archive's target block size (``block_bytes``, which depends on the mode); after each update the
+largest and mean number of records per sub-index are read from the committed state. ``close``
+closes the reader and the ``Archive``, which closes its LMDB environment and every run file it
+holds open (``archive.open_files``).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
+from ..storage.config import ArchiveConfig, build_config
 from .configs import Config
 from .store import ReadResult, Store
 from .workloads import Workload
+
+
+def archive_config(config: Config, workload: Workload) -> ArchiveConfig:
+    """The archive configuration of layout ``config`` under ``workload`` (random partitioning is
+    seeded with the workload's seed, so its allocation is the same in every run)."""
+    c, w = config, workload
+    wave = c.family == "wave"
+    return build_config(
+        layout="wave" if wave else "doubly", mode=c.mode, interval=w.delta, max_lifetime=w.max_lifetime, start=0,
+        partitioning=c.partitioning or "round-robin", split=c.split or "insertion",
+        G=None if wave else (c.G or 1), E=None if wave else (c.E or 1), n=c.n if wave else None,
+        seed=w.seed if c.partitioning == "random" else None,
+        time_unit="record (one record per chronon on average)",
+    )
 
 
 class EbbStore(Store):
@@ -27,23 +43,10 @@ class EbbStore(Store):
         self.archive = None
         self.reader = None
 
-    def _archive_config(self):
-        from ..storage.config import build_config
-
-        c, w = self.config, self.workload
-        wave = c.family == "wave"
-        return build_config(
-            layout="wave" if wave else "doubly", mode=c.mode, interval=w.delta, max_lifetime=w.max_lifetime, start=0,
-            partitioning=c.partitioning or "round-robin", split=c.split or "insertion",
-            G=None if wave else (c.G or 1), E=None if wave else (c.E or 1), n=c.n if wave else None,
-            seed=w.seed if c.partitioning == "random" else None,
-            time_unit="record (one record per chronon on average)",
-        )
-
     def create(self) -> None:
         from ..storage.archive import Archive
 
-        Archive.create(self.path, self._archive_config()).close()
+        Archive.create(self.path, archive_config(self.config, self.workload)).close()
         self.open()
 
     def open(self) -> None:
@@ -69,6 +72,10 @@ class EbbStore(Store):
             "blocks_read": rec["blocks_read"], "blocks_written": rec["blocks_written"],
             "store_bytes_read": rec["bytes_read"], "store_bytes_written": rec["bytes_written"],
         }
+
+    def subindex_balance(self) -> dict[str, float]:
+        sizes = [s.records for s in self.archive.state().subindices]
+        return {"subidx_max_rows": max(sizes), "subidx_mean_rows": sum(sizes) / len(sizes)}
 
     def _stats(self) -> dict[str, int]:
         from ..storage.maintenance import run_block_bytes

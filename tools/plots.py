@@ -8,6 +8,8 @@ Which figures a workload gives:
   thesis-large  fig4_9/4_10/4_11 (update, probe, scan time vs n), io_amplification
   many-keys     peers, io_amplification
   thesis-large-smallbatch  io_amplification
+  periodic      periodic (update time and sub-index imbalance after each update; drawn from the
+                run's ops.csv, so only where ``draw_workload`` is given the operations)
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .configs import parse
+from .workloads import WORKLOADS
+
 MARKERS = {"R-ins": "o", "D-ins": "s", "R-exp": "^", "D-exp": "v", "Rebuild": "D", "NoRebuild": "x",
            "Rebuild-chr": "d", "NoRebuild-chr": "+", "Rebuild-rand": "P", "NoRebuild-rand": "*"}
 LINES = {"R-ins": "-", "D-ins": "--", "R-exp": "-", "D-exp": "--", "Rebuild": "-", "NoRebuild": "--",
          "Rebuild-chr": ":", "NoRebuild-chr": "-.", "Rebuild-rand": ":", "NoRebuild-rand": "-."}
 OPS = (("update_s", "update"), ("probe_s", "probe"), ("scan_s", "scan"))
+# partitioning -> (line, marker, colour) in the periodic figure
+PARTITIONINGS = {"round-robin": ("-", "o", "black"), "chronological": (":", "d", "0.55"), "random": ("--", "P", "0.3")}
 
 
 def _plt():
@@ -199,11 +206,58 @@ def fig_io(s: pd.DataFrame, workload: str, machine: dict, path: Path) -> Path | 
     return _save(fig, d, path)
 
 
-def draw_workload(workload: str, summaries: dict[str, pd.DataFrame], outdir: Path, machine: dict | None = None) -> list[Path]:
-    """The figures ``workload`` gives (module docstring), into ``outdir``."""
+def periodic_series(ops: pd.DataFrame, workload: str) -> pd.DataFrame:
+    """Per update of each doubly partitioned layout in ``ops``: its time, whether its slot is a
+    burst, and the imbalance of the sub-indices after it (records in the largest / mean)."""
+    d = ops[(ops.op == "update") & (ops.family == "doubly")]
+    w = WORKLOADS[workload].with_updates(int(d.slot.max()) if len(d) else 0)
+    d = d.assign(partitioning=[parse(c).partitioning for c in d.config], burst=w.bursts(d.slot.to_numpy(dtype=np.int64)),
+                 update_s=d.wall_s, imbalance=d.subidx_max_rows / d.subidx_mean_rows)
+    return d[["config", "mode", "partitioning", "slot", "burst", "cache", "update_s", "subidx_max_rows",
+              "subidx_mean_rows", "imbalance"]].sort_values(["mode", "partitioning", "slot"], ascending=[False, True, True])
+
+
+def fig_periodic(ops: pd.DataFrame, workload: str, path: Path) -> Path | None:
+    """Update time (top) and sub-index imbalance (bottom) after each update, one line per
+    partitioning, a column per mode; burst slots shaded."""
+    d = periodic_series(ops, workload)
+    if d.empty:
+        return None
+    modes = list(d["mode"].unique())
+    plt = _plt()
+    fig, axes = plt.subplots(2, len(modes), figsize=(5.5 * len(modes), 6), sharex=True, squeeze=False)
+    bursts = np.unique(d.slot[d.burst])
+    for k, mode in enumerate(modes):
+        m = d[d["mode"] == mode]
+        for row, (col, label) in enumerate((("update_s", "update time (s)"),
+                                            ("imbalance", "largest / mean sub-index (records)"))):
+            ax = axes[row, k]
+            for b in bursts:
+                ax.axvspan(b - 0.5, b + 0.5, color="0.92", lw=0)
+            for part, (line, marker, colour) in PARTITIONINGS.items():
+                p = m[m.partitioning == part]
+                if len(p):
+                    ax.plot(p.slot, p[col], line, marker=marker, color=colour, markersize=4, label=part)
+            ax.set_ylabel(label)
+            ax.set_ylim(bottom=0 if row == 0 else 1)  # an imbalance of 1 is perfectly even
+        c = parse(m.config.iloc[0])
+        axes[0, k].set_title(f"{'Rebuild' if mode == 'rebuild' else 'NoRebuild'} {c.G}x{c.E}")
+        axes[1, k].set_xlabel("update slot (shaded: bursts)")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"{workload}: a burst every {WORKLOADS[workload].period} updates", fontsize=9)
+    return _save(fig, d, path)
+
+
+def draw_workload(workload: str, summaries: dict[str, pd.DataFrame], outdir: Path, machine: dict | None = None,
+                  ops: pd.DataFrame | None = None) -> list[Path]:
+    """The figures ``workload`` gives (module docstring), into ``outdir``; ``ops`` are the run's
+    operations (ops.csv), which the per-update figure needs."""
     s = summaries.get(workload)
     if s is None or s.empty:
         return []
+    if workload == "periodic":  # a study of one question: its own figure, not the I/O one
+        fig = fig_periodic(ops, workload, Path(outdir) / "periodic") if ops is not None else None
+        return [fig] if fig is not None else []
     machine = machine or {}
     outdir = Path(outdir)
     out: list[Path | None] = []

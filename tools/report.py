@@ -3,18 +3,22 @@ doubly partitioned layout per measure against each peer), issue 8's acceptance t
 the measured figure and a verdict, then one table per workload, the figures, the thesis's
 claims checked against the measurements, and the physical limits (amplification, scan speed
 against disk bandwidth). Everything after the fixed protocol text is computed from the
-summaries (``tools.acceptance`` computes the headline figures and targets).
+summaries (``tools.acceptance`` computes the headline figures and targets). A study workload
+(``STUDIES``: periodic) asks one question of ebb's layouts and gets only its own section, with a
+conclusion computed from its summary.
 
 ``publish`` copies a run's summary (summary-WORKLOAD.csv) and machine description
-(machine-WORKLOAD.json) into docs/benchmarks/, redraws that workload's figures there, and
-rewrites docs/benchmarks.md from every workload summarised in docs/benchmarks/, so running the
-workloads one at a time builds up the whole document.
+(machine-WORKLOAD.json) into docs/benchmarks/, redraws that workload's figures there (from the
+summaries; periodic's from the run's ops.csv), and rewrites docs/benchmarks.md from every
+workload summarised in docs/benchmarks/, so running the workloads one at a time builds up the
+whole document.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +26,17 @@ import pandas as pd
 
 from . import acceptance as acc
 from . import plots
+from .configs import Config, parse
+from .ebb_store import archive_config
 from .plan import Plan
-from .results import read_machine
-from .workloads import WORKLOADS
+from .results import load_ops, read_machine
+from .workloads import WORKLOADS, Workload
 
-ORDER = ("thesis-small", "fluctuating", "thesis-large", "thesis-large-smallbatch", "many-keys", "quick")
+ORDER = ("thesis-small", "fluctuating", "periodic", "thesis-large", "thesis-large-smallbatch", "many-keys", "quick")
+# workloads that ask one question of ebb's layouts: their own section only (no peers, no issue 8 targets)
+STUDIES = ("periodic",)
 SQUARE_NS = (4, 9, 16, 25)
+NOISE = 0.10  # relative differences below this are within this shared machine's run-to-run noise
 
 
 def publish(plan: Plan, summary: pd.DataFrame, docs: Path) -> Path:
@@ -40,7 +49,7 @@ def publish(plan: Plan, summary: pd.DataFrame, docs: Path) -> Path:
     (figdir / f"plan-{plan.workload}.json").write_text(json.dumps(
         {"updates": plan.updates, "scan_slots": plan.scan_slots, "cold_slots": plan.cold_slots, "configs": plan.configs}, indent=2))
     summaries, machines = load_published(figdir)
-    plots.draw_workload(plan.workload, summaries, figdir, mach)
+    plots.draw_workload(plan.workload, summaries, figdir, mach, ops=load_ops(plan.out))
     if plan.workload == "thesis-small" and "fluctuating" in summaries:
         plots.draw_workload("fluctuating", summaries, figdir, machines.get("fluctuating"))
     path = docs / "benchmarks.md"
@@ -452,6 +461,104 @@ def claim_large(s: pd.DataFrame, small: pd.DataFrame | None) -> str:
     return text
 
 
+def imbalance(config: Config, w: Workload) -> float:
+    """The largest imbalance (records in the largest sub-index / mean per sub-index) after any of
+    ``w``'s updates under layout ``config``, computed from the generated records: after an
+    update the archive holds exactly the records live at its time (Rebuild's sub-indices hold
+    nothing else)."""
+    g = w.generated()
+    cfg = archive_config(config, w)
+    sub = cfg.layout_obj.subindex_of(cfg.time.slots(g["ts"]), cfg.time.slots(g["exp"]))
+    worst = float("nan")
+    for j in range(1, w.updates + 1):  # per update, vectorised over the records
+        t = w.time_of(j)
+        sizes = np.bincount(sub[(g["ts"] <= t) & (g["exp"] > t)], minlength=cfg.layout_obj.n)
+        worst = np.fmax(worst, sizes.max() / sizes.mean())
+    return float(worst)
+
+
+def _and(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+
+
+def _random_effect(rr: pd.Series, rand: pd.Series) -> tuple[str, str]:
+    """Whether random allocation helped one mode's updates against round-robin ("helps", "hurts"
+    or "none"), and the sentence that says by how much."""
+    sd, top, mean = (_ratio(rand[c], rr[c]) - 1 for c in ("update_sd_s", "update_max_s", "update_mean_s"))
+    figures = (f"from round-robin to random, the standard deviation of update times went from {_f(rr.update_sd_s)} to "
+               f"{_f(rand.update_sd_s)} s ({_pct(sd)}), the slowest update from {_f(rr.update_max_s)} to "
+               f"{_f(rand.update_max_s)} s ({_pct(top)}) and the mean from {_f(rr.update_mean_s)} to "
+               f"{_f(rand.update_mean_s)} s ({_pct(mean)})")
+    if sd <= -NOISE and top <= -NOISE and mean < NOISE:
+        return "helps", f"random allocation helps: {figures}"
+    if mean >= NOISE or top >= NOISE:
+        return "hurts", f"random allocation hurts: {figures}"
+    return "none", f"random allocation makes no measurable difference: {figures}"
+
+
+def claim_periodic(s: pd.DataFrame) -> str:
+    """Thesis 4.3.3 on a rate with the period of the index's rows: how uneven the sub-indices and
+    the update times are under round-robin, chronological and random allocation, per mode, with
+    the imbalance the same layouts would have at a steady rate as the reference."""
+    d = s[(s.family == "doubly") & (s.G == WORKLOADS["periodic"].period)]
+    if d.empty:
+        return ""
+    w = WORKLOADS["periodic"].with_updates(int(d.updates.max()))
+    steady_w = replace(w, fluctuation=1.0, period=0)
+    live = np.arange(w.updates - w.p + 1, w.updates + 1)  # the slots whose records can be live after the last update
+    bursts = live[w.bursts(live)]
+    rows, by, steady = [], {}, {}
+    for _, r in d.iterrows():
+        c = parse(r.config)
+        by[(c.mode, c.partitioning)] = r
+        if c.partitioning not in steady:  # the layout's rows and columns do not depend on the mode
+            steady[c.partitioning] = imbalance(c, steady_w)
+        per_row = np.bincount(archive_config(c, w).layout_obj.row(bursts), minlength=c.G)
+        rows.append([r.config, c.partitioning, "/".join(map(str, per_row)), _f(r.subidx_imbalance_mean),
+                     _f(r.subidx_imbalance_max), _f(steady[c.partitioning]), _f(r.update_s), _f(r.update_mean_s),
+                     _f(r.update_sd_s), _f(r.update_cv), _f(r.update_max_s), _mb(r.update_store_bytes_read)])
+    table = _table(["config", "partitioning", "bursts per row", "imbalance mean", "imbalance max",
+                    "imbalance max, steady rate", "update median s", "mean s", "sd s", "CV", "max s", "MB read/update"], rows)
+    modes = [(m, name) for m, name in (("rebuild", "Rebuild"), ("norebuild", "NoRebuild"))
+             if (m, "round-robin") in by and (m, "random") in by]
+    if not modes:
+        return table + "\n"
+    effects = {m: _random_effect(by[(m, "round-robin")], by[(m, "random")]) for m, _ in modes}
+    first = {part: r for (m, part), r in by.items() if m == modes[0][0]}
+    even = first["round-robin"].subidx_imbalance_max >= (1 + NOISE) * first["random"].subidx_imbalance_max
+    helped = [m for m, _ in modes if effects[m][0] == "helps"]
+    ok = True if even and helped else (None if even or helped else False)
+    parts = [p for p in ("round-robin", "chronological", "random") if p in first]
+    text = (f"{_verdict(ok)} Thesis (section 4.3.3): if the data rate alternates between slow and bursty periods, "
+            "round-robin allocation can make some sub-indices very large and others very small; randomising the "
+            f"allocation is the remedy. Here one update in {w.period} brings a burst at {w.fluctuation:g}x the rate of "
+            f"the others, and round-robin puts every burst into the same row of the {w.period} x E index. After an "
+            f"update the largest sub-index held up to {_and([f'{_f(first[p].subidx_imbalance_max)}x' for p in parts])} "
+            f"the mean under {_and(parts)} allocation; at a steady rate the same layouts would reach "
+            f"{_and([f'{_f(steady[p])}x' for p in parts])} (computed from the records a steady rate generates: after an "
+            "update the archive holds exactly the live ones). ")
+    text += " ".join(f"In {name} mode {effects[m][1]}." for m, name in modes) + " "
+    if helped:
+        gain = max(-(_ratio(by[(m, "random")].update_max_s, by[(m, "round-robin")].update_max_s) - 1) for m in helped)
+        text += (f"So random allocation helps in {_and([n for m, n in modes if m in helped])} mode, by up to "
+                 f"{gain * 100:.0f}% on the slowest update")
+        others = [n for m, n in modes if m not in helped]
+        text += f", and not in {' or '.join(others)} mode. " if others else ". "
+    else:
+        text += f"So random allocation does not help here, in {' or '.join(n for _, n in modes)} mode. "
+    steadiest = {name: min((r for (mm, _), r in by.items() if mm == m), key=lambda r: r.update_sd_s) for m, name in modes}
+    text += ("The steadiest update times came from " + _and([f"{r.config} in {name} mode" for name, r in steadiest.items()])
+             + f" (smallest standard deviation). Differences under {NOISE:.0%} are taken as no difference (the "
+             "run-to-run noise of this shared machine). Random allocation's rows and columns are a fixed hash of the "
+             "slot, seeded by the workload, so this run is one draw: 'bursts per row' counts, per row, the bursts among "
+             f"the {w.p} slots live after the last update; another seed may spread them more or less evenly.")
+    if w.updates < w.p:
+        text += (f" This run covers {w.updates} of the {w.p} slots of a chronological cycle, so most records live at "
+                 "its end came with the bulk load.")
+    return text + "\n\n" + table + "\n"
+
+
 def _limits_section(summaries: dict[str, pd.DataFrame], machines: dict[str, dict]) -> str:
     rows = []
     for w, s in summaries.items():
@@ -506,6 +613,7 @@ ebb bench many-keys                    # 1,000,000 keys, with the peers
 ebb bench thesis-large                 # Figures 4.9-4.11 (5 GB, 10x thesis-small's batch per update)
 ebb bench thesis-large-smallbatch      # 5 GB with thesis-small's batch: the update-memory target
 ebb bench fluctuating                  # Figure 4.8 (uses thesis-small's summary as the steady baseline)
+ebb bench periodic                     # bursts every 4 updates: round-robin, chronological, random (thesis 4.3.3)
 ebb bench thesis-small --resume        # finish an interrupted run; --configs/--updates/--scan-every to narrow it
 ```
 
@@ -618,14 +726,16 @@ def _scaleout_section(figdir: Path) -> str:
 
 def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir: Path) -> str:
     parts = [INTRO, _measured_line(machines), "## Headline: ebb against its peers\n"]
-    for w, s in summaries.items():
+    general = {w: s for w, s in summaries.items() if w not in STUDIES}
+    for w, s in general.items():
         parts.append(_headline(w, s, machines.get(w, {})))
-    if any(not acc.peers(s).empty for s in summaries.values()):
+    if any(not acc.peers(s).empty for s in general.values()):
         parts.append(PEER_NOTES)
-    parts.append(_acceptance_section(summaries, machines))
+    parts.append(_acceptance_section(general, machines))
     parts += [ENGINE, HOW_TO_RUN, PROTOCOL, _machine_section(machines)]
     titles = {"thesis-small": "thesis-small: 500 MB, 100 keys (thesis 4.4.2-4.4.3)",
               "fluctuating": "fluctuating: data rate varying by up to x4 (thesis 4.4.4)",
+              "periodic": "periodic: bursts every G updates, and randomised allocation (thesis 4.3.3)",
               "thesis-large": "thesis-large: 5 GB, 10x thesis-small's batch (thesis 4.4.5)",
               "thesis-large-smallbatch": "thesis-large-smallbatch: 5 GB with thesis-small's batch",
               "many-keys": "many-keys: 1,000,000 keys, 200-byte records", "quick": "quick: CI smoke run"}
@@ -635,6 +745,8 @@ def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir
                                 ("fig4_7", "Figure 4.7: scan time vs n, small window"),
                                 ("peers-thesis-small", "ebb's best doubly and wave layouts against the peers, thesis-small (log scale)")),
                "fluctuating": (("fig4_8", "Figure 4.8: update time under a steady rate and the change under a fluctuating one"),),
+               "periodic": (("periodic", "Update time and sub-index imbalance (records in the largest sub-index / "
+                             "mean per sub-index) after each update, per partitioning; bursts shaded"),),
                "thesis-large": (("fig4_9", "Figure 4.9: update time vs n, large data set"),
                                 ("fig4_10", "Figure 4.10: probe time vs n, large data set"),
                                 ("fig4_11", "Figure 4.11: scan time vs n, large data set")),
@@ -644,6 +756,9 @@ def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir
         parts.append(f"{WORKLOADS[w].description}. Times are medians over the updates, in seconds; 'cold' columns are "
                      "the cold-cache slots; peak anonymous memory is the largest over the run's updates and scans.\n")
         parts.append(_workload_table(s) + "\n")
+        if w == "periodic":
+            parts.append("### Does random allocation help?\n")
+            parts.append(claim_periodic(s))
         parts += [_figure(figdir, name, cap) for name, cap in figures.get(w, ())]
 
     small, fl, large = summaries.get("thesis-small"), summaries.get("fluctuating"), summaries.get("thesis-large")
@@ -675,8 +790,8 @@ def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir
     parts.append("Write amplification, update write throughput against the disk's sequential write bandwidth, "
                  "and scan speed (bytes of records returned per second) against its sequential read bandwidth, "
                  "for ebb's fastest-updating doubly and wave layouts and the peers.\n")
-    parts.append(_limits_section(summaries, machines))
-    parts += [_figure(figdir, f"io-amplification-{w}", f"I/O amplification, {w}") for w in ORDER]
+    parts.append(_limits_section(general, machines))
+    parts += [_figure(figdir, f"io-amplification-{w}", f"I/O amplification, {w}") for w in ORDER if w not in STUDIES]
     parts.append(_scaleout_section(figdir))
     parts.append(_deviations(machines))
     parts.append(_runs_section(summaries, machines, figdir))

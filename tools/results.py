@@ -11,9 +11,12 @@ allows it to read: twice the bytes it returns plus one block (``block_bytes``, t
 size of the archive's runs, which the store reports with each read) per sub-index it visits (``probe_cold_read_vs_allowance``, at most 1 meets
 it). Memory is the peak of anonymous memory (RssAnon) during an operation (``tools.measure``):
 ``peak_anon_update``/``peak_anon_scan`` are the largest over the periodic updates and the scans,
-``anon_growth_update`` the largest rise above the level at the start of an update. Every probe
-and scan is checked against a brute-force oracle (``Workload.oracle``): a configuration whose
-answers differ has ``correct = False``.
+``anon_growth_update`` the largest rise above the level at the start of an update. How even an
+update's cost is: ``update_sd_s``, ``update_cv`` (sd / mean) and ``update_max_s`` over the warm
+periodic updates; how even the sub-indices are: the imbalance after an update, records in the
+largest sub-index / mean records per sub-index, as its mean and maximum over the updates
+(``subidx_imbalance_*``; ebb only). Every probe and scan is checked against a brute-force oracle
+(``Workload.oracle``): a configuration whose answers differ has ``correct = False``.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from .plan import Plan
 SUMMARY_COLUMNS = [
     "workload", "config", "family", "technique", "mode", "n", "G", "E",
     "update_s", "update_cold_s", "probe_s", "probe_cold_s", "scan_s", "scan_cold_s", "bulk_s",
-    "update_mean_s", "probe_mean_s", "scan_mean_s",
-    "update_subindices", "update_blocks_read", "update_blocks_written",
+    "update_mean_s", "probe_mean_s", "scan_mean_s", "update_sd_s", "update_cv", "update_max_s",
+    "update_subindices", "subidx_imbalance_mean", "subidx_imbalance_max", "update_blocks_read", "update_blocks_written",
     "new_bytes", "update_os_write_bytes", "update_store_bytes_written", "update_store_bytes_read",
     "update_cold_os_read_bytes", "write_amp_os", "write_amp_store",
     "probe_rows", "probe_subindices", "probe_blocks", "probe_cold_os_read_bytes", "probe_read_amp_cold",
@@ -68,6 +71,10 @@ def _median(s: pd.Series) -> float:
     return float(s.median()) if len(s) else float("nan")
 
 
+def _max(s: pd.Series) -> float:
+    return float(pd.to_numeric(s, errors="coerce").max())  # NaN if there is no number
+
+
 def _ratio(num: float, den: float) -> float:
     return float(num / den) if den and np.isfinite(num) and np.isfinite(den) else float("nan")
 
@@ -95,6 +102,8 @@ def summarise(plan: Plan) -> pd.DataFrame:
         upd, probe, scan = (d[(d.op == op) & (d.cache == "warm")] for op in ("update", "probe", "scan"))
         updc, probec, scanc = (d[(d.op == op) & (d.cache == "cold")] for op in ("update", "probe", "scan"))
         allupd = d[d.op == "update"]
+        upd_s = pd.to_numeric(upd.wall_s, errors="coerce")
+        imbalance = pd.to_numeric(allupd.subidx_max_rows, errors="coerce") / pd.to_numeric(allupd.subidx_mean_rows, errors="coerce")
         bulk = d[d.op == "bulk"]
         new_bytes = allupd.data_bytes.sum()
         scan_bytes = _mean(scan.data_bytes)
@@ -110,8 +119,10 @@ def summarise(plan: Plan) -> pd.DataFrame:
             "probe_s": _median(probe.wall_s), "probe_cold_s": _median(probec.wall_s),
             "scan_s": _median(scan.wall_s), "scan_cold_s": _median(scanc.wall_s), "bulk_s": _mean(bulk.wall_s),
             "update_mean_s": _mean(upd.wall_s), "probe_mean_s": _mean(probe.wall_s), "scan_mean_s": _mean(scan.wall_s),
-            "update_subindices": _mean(allupd.subindices), "update_blocks_read": _mean(allupd.blocks_read),
-            "update_blocks_written": _mean(allupd.blocks_written),
+            "update_sd_s": float(upd_s.std()), "update_cv": _ratio(float(upd_s.std()), float(upd_s.mean())),
+            "update_max_s": _max(upd_s), "update_subindices": _mean(allupd.subindices),
+            "subidx_imbalance_mean": _mean(imbalance), "subidx_imbalance_max": _max(imbalance),
+            "update_blocks_read": _mean(allupd.blocks_read), "update_blocks_written": _mean(allupd.blocks_written),
             "new_bytes": _mean(allupd.data_bytes), "update_os_write_bytes": _mean(allupd.os_write_bytes),
             "update_store_bytes_written": _mean(allupd.store_bytes_written),
             "update_store_bytes_read": _mean(allupd.store_bytes_read),

@@ -8,7 +8,8 @@ turns them into a progress bar). The schedule (thesis 4.4.1): bulk load at tau; 
 update j: the update, one probe of a random key, one full scan; with caches dropped first for
 the updates and reads the job marks cold. In a slot with cold reads the order is: update, cold
 probe, cold scan, then the warm probe and scan (the cold scan has brought the whole store back
-into the page cache, so "warm" means what it says even after a cold update). Before each cache
+into the page cache, so "warm" means what it says even after a cold update). After each update,
+untimed, the row also gets the largest and mean sub-index size (ebb only). Before each cache
 drop the store is closed and the run stops with an error if any file under its directory is
 still open or mapped, since such pages would survive the drop and make "cold" partly warm.
 """
@@ -30,11 +31,15 @@ from .workloads import WORKLOADS, Workload
 
 HANDLE_GRACE_S = 5.0
 
+# per-operation counts a store or the runner supplies; empty where a store has none
+EXTRA_COLUMNS = (
+    "rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices", "blocks_read", "blocks_written",
+    "block_bytes", "store_bytes_read", "store_bytes_written", "subidx_max_rows", "subidx_mean_rows",
+)
 COLUMNS = [
     "workload", "config", "family", "technique", "mode", "n", "G", "E", "op", "slot", "cache",
     "wall_s", "os_read_bytes", "os_write_bytes", "os_rchar", "os_wchar", "peak_anon_bytes",
-    "base_anon_bytes", "rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices", "blocks_read", "blocks_written",
-    "block_bytes", "store_bytes_read", "store_bytes_written", "disk_bytes",
+    "base_anon_bytes", *EXTRA_COLUMNS, "disk_bytes",
 ]
 
 
@@ -82,9 +87,7 @@ class Recorder:
         r = {"workload": self.workload.name, "config": c.name, "family": c.family, "technique": c.technique,
              "mode": c.mode, "n": c.n, "G": c.G, "E": c.E, "op": op, "slot": slot, "cache": cache}
         r.update(s.as_row())
-        r.update({k: extra.get(k, "") for k in ("rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices",
-                                                "blocks_read", "blocks_written", "block_bytes", "store_bytes_read",
-                                                "store_bytes_written")})
+        r.update({k: extra.get(k, "") for k in EXTRA_COLUMNS})
         r["disk_bytes"] = "" if disk is None else disk
         self.w.writerow(r)
         self.f.flush()
@@ -135,7 +138,7 @@ def run(job: Job) -> None:
             counts, s = measure(lambda: store.load(batch, at))
             new_bytes = batch.num_rows * w.record_bytes
             del batch
-            extra = {"rows": counts.get("inserted", 0), "data_bytes": new_bytes, **counts}
+            extra = {"rows": counts.get("inserted", 0), "data_bytes": new_bytes, **counts, **store.subindex_balance()}
             rec.row("bulk" if j == 0 else "update", j, "cold" if cold else "warm", s, extra, dir_size_bytes(job.store_dir))
             if j == 0:
                 continue

@@ -63,6 +63,12 @@ class Store(ABC):
         """One periodic update at ``at``: delete records with exp <= at, insert ``table``
         (atomically where the store can), durable on return. Returns store-specific counters."""
 
+    def subindex_balance(self) -> dict[str, float]:
+        """After an update: the records in the largest sub-index (``subidx_max_rows``) and the
+        mean per sub-index (``subidx_mean_rows``); empty for a store without sub-indices (the
+        peers). Called outside the timed update, so it may read what it needs."""
+        return {}
+
     @abstractmethod
     def probe(self, key: int, at: int) -> ReadResult:
         """Records with this key valid at ``at`` (ts <= at < exp)."""

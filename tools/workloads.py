@@ -48,6 +48,9 @@ class Workload:
     updates: int  # periodic updates after the bulk load
     p: int = 36  # S / Delta
     fluctuation: float = 1.0  # max/min ratio of the per-slot data rate (thesis 4.4.4 uses 4)
+    # > 0: the rate is periodic with this period (in update slots) instead of random: one burst
+    # slot, ``fluctuation`` times as fast as the others, in every period (see ``rate_factors``)
+    period: int = 0
     seed: int = 20061
     # The payload is split over this many binary columns, so that no binary column of a 5 GB bulk
     # load holds more than 2 GiB: Arrow's binary type has 32-bit offsets, and ebb's update sorts a
@@ -81,19 +84,31 @@ class Workload:
     # -- data ------------------------------------------------------------------------------
     def rate_factors(self) -> np.ndarray:
         """Per-slot data-rate multipliers for slots 1-p .. updates (index slot + p - 1).
-        Constant 1 unless the workload fluctuates; then log-uniform in [1/sqrt(f), sqrt(f)]
-        (so the fastest interval is at most f times the slowest), renormalised to mean 1 over the
-        bulk-load slots and, separately, over the update slots, so that both the initial archive
-        and the data the updates bring match the steady workload's volume (thesis 4.4.4)."""
+        Constant 1 unless the workload fluctuates. A periodic workload's bursts are the slots j
+        with (j - 1) mod period = 0, ``fluctuation`` times the rate of the other slots, scaled
+        to mean 1 over every whole period: these are the slots round-robin partitioning sends to
+        row 0 of a doubly partitioned index with G = period (docs/spec.md section 3). Otherwise
+        the factors are log-uniform in [1/sqrt(f), sqrt(f)] (so the fastest interval is at most f
+        times the slowest), renormalised to mean 1 over the bulk-load slots and, separately, over
+        the update slots, so that both the initial archive and the data the updates bring match
+        the steady workload's volume (thesis 4.4.4)."""
         n = self.p + self.updates
         if self.fluctuation <= 1.0:
             return np.ones(n)
+        if self.period > 0:
+            j = np.arange(1 - self.p, self.updates + 1)
+            f = np.where((j - 1) % self.period == 0, self.fluctuation, 1.0)
+            return f * self.period / (self.fluctuation + self.period - 1)
         rng = np.random.default_rng([self.seed, 0xF1])
         half = np.log(self.fluctuation) / 2
         f = np.exp(rng.uniform(-half, half, n))
         f[: self.p] /= f[: self.p].mean()
         f[self.p:] /= f[self.p:].mean()
         return f
+
+    def bursts(self, slots: np.ndarray) -> np.ndarray:
+        """Which of ``slots`` (each in 1-p .. updates) have a data rate above the mean."""
+        return self.rate_factors()[np.asarray(slots) + self.p - 1] > 1.0
 
     def slot_count(self, j: int) -> int:
         """Records generated during slot j (ts in (T_{j-1}, T_j])."""
@@ -156,12 +171,18 @@ class Workload:
         """The random key probed after update j (the same for every store)."""
         return int(np.random.default_rng([self.seed, j, 0x9B]).integers(0, self.keys))
 
+    def generated(self) -> dict[str, np.ndarray]:
+        """key, ts, exp and seq of every record generated in slots 1-p .. updates, without the
+        payload (including records expired before their load: callers select by time)."""
+        parts = [self._slot_records(j, self._seq_base(j))[0] for j in range(1 - self.p, self.updates + 1)]
+        return {k: np.concatenate([c[k] for c in parts]) for k in INT_COLUMNS}
+
     def oracle(self) -> dict[int, dict[str, int]]:
         """Per update slot j >= 1, what a correct store returns as of T_j: the number of records
         and sum of ``seq`` of the scan and of the probe of ``probe_key(j)``. Computed from the
         generated keys and times alone (no payload), by brute force over every record."""
-        parts = [self._slot_records(j, self._seq_base(j))[0] for j in range(1 - self.p, self.updates + 1)]
-        key, ts, exp, seq = (np.concatenate([c[k] for c in parts]) for k in ("key", "ts", "exp", "seq"))
+        g = self.generated()
+        key, ts, exp, seq = (g[k] for k in INT_COLUMNS)
         out: dict[int, dict[str, int]] = {}
         for j in range(1, self.updates + 1):
             t = self.time_of(j)
@@ -204,6 +225,15 @@ WORKLOADS: dict[str, Workload] = {
         p=370, payload_columns=3,
         description="thesis-small's per-update batch (27,027 records) with lifetimes up to 370 Delta: about 5 GB live, "
         "10x thesis-small's archive at the same batch size"),
+    # thesis section 4.3.3's worst case for round-robin: a rate alternating between bursts and quiet
+    # slots with the period G of the index, so every burst lands in the same row. Thesis-small's
+    # size and lifetimes; its configurations are the G = 4 doubly layouts (tools/configs.py).
+    "periodic": Workload(
+        "periodic", record_bytes=1000, keys=100, per_slot=_per_slot(500 * MB, 1000), updates=36,
+        fluctuation=4.0, period=4,
+        description="as thesis-small, with a data rate periodic over 4 updates: one burst slot at 4x the rate of "
+        "the 3 quiet ones, the same volume per period, so round-robin sends every burst to the same row of a "
+        "4 x E index (thesis 4.3.3)"),
     "many-keys": Workload(
         "many-keys", record_bytes=200, keys=1_000_000, per_slot=_per_slot(500 * MB, 200), updates=36,
         description="1,000,000 uniform keys, 200-byte records, about 500 MB live"),
