@@ -36,13 +36,14 @@ _keys_cache: dict[int, list[int]] = {}
 
 
 def load(spark, archive, df, at: int, checkpoint: dict[str, bytes] | None = None, late_rows: int = 0,
-         part_bytes: int = PART_BYTES) -> dict:
+         part_bytes: int = PART_BYTES, wait_s: float = 0.0) -> dict:
     """Applies the update at ``at`` with the rows of ``df`` (which has ts and exp as bigint),
-    written by Spark tasks; returns the update record with the tasks' and the commit's times."""
+    written by Spark tasks; returns the update record with the tasks' and the commit's times.
+    ``wait_s``: how long to wait for another writer (an update, or a migration) to finish."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     t0, io0 = time.perf_counter(), proc_io()
-    with archive.writer_lock(), archive._metadata_errors():
+    with archive.writer_lock(wait_s), archive._metadata_errors():
         recover(archive.env, archive.data_dir)
         pu = prepare(archive, to_arrow_schema(df.schema, timezone="UTC"), at, part_bytes)
         t1 = time.perf_counter()

@@ -34,12 +34,15 @@ from ..storage.files import LockHeld, exclusive_lock
 from ..storage.config import ArchiveConfig, build_config
 from . import events
 from .jobspec import TIME_UNITS_US, Job, JobError
-from .landing import LandedFile, list_files, new_files
+from .landing import LandedFile, new_files
 from .patterns import Classification, classify
 from .tick import TickInput, compute, frame, has_input
 
 CHECKPOINT = "scheduler"
 LOCK_FILE = "SCHEDULER"
+# a tick waits this long for another writer of the archive (`ebb migrate`, or an `ebb load` by
+# hand) instead of failing: a migration falls between two ticks and the run goes on
+WRITER_WAIT_S = 600.0
 
 
 @dataclass
@@ -286,11 +289,11 @@ class Scheduler:
         if df is not None:  # the results stay on the executors, which write the runs
             from .executor_load import load
 
-            rec = load(self.spark, self.archive, df, T, checkpoint, late, **({"part_bytes": self.part_bytes}
-                                                                              if self.part_bytes else {}))
+            rec = load(self.spark, self.archive, df, T, checkpoint, late, wait_s=WRITER_WAIT_S,
+                       **({"part_bytes": self.part_bytes} if self.part_bytes else {}))
             info.rows = rec["input_rows"]
         else:
-            rec = self.archive.load(table, T, checkpoint=checkpoint, late_rows=late)
+            rec = self.archive.load(table, T, checkpoint=checkpoint, late_rows=late, wait_s=WRITER_WAIT_S)
         t2 = time.perf_counter()
         rec.update(spark_seconds=round(t1 - t0, 3), load_seconds=round(t2 - t1, 3), files_read=info.files, new_files=new_count)
         source = ("no landed file in its input range, Spark skipped" if info.skipped else

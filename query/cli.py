@@ -144,6 +144,29 @@ def _parser() -> argparse.ArgumentParser:
             "manifest's sizes. Exits 5 if anything is wrong.")
     c.add_argument("path", help="archive directory")
 
+    c = cmd("migrate", "change the layout while the archive is in use",
+            "Switch the archive to another layout between two updates, while `ebb run` or `ebb load` keep "
+            "running (a migration waits for a running update to finish). Settings not given keep their value "
+            "if the kind of layout stays, else take `ebb init`'s defaults.\n\n"
+            "By default nothing is copied: from the next update on, records go only to the new layout; the old "
+            "one is drained (each update drops its runs once every record in them has expired), so it is gone "
+            "within S, having cost no I/O. Reads cover both meanwhile and never return a record twice. "
+            "--copy instead rewrites every live record into the new layout at once (reads and writes all live "
+            "data, and holds it in memory). `ebb stats` shows what is still draining and the migration log.")
+    c.add_argument("path", help="archive directory")
+    c.add_argument("--layout", choices=["doubly", "wave"], help="the new kind of layout (default: the current one)")
+    c.add_argument("--partitioning", choices=["round-robin", "chronological", "random"], help="doubly: the new partitioning")
+    c.add_argument("--split", choices=["insertion", "expiration"], help="wave: the new split")
+    c.add_argument("--G", type=int, help="doubly: partitions of insertion time")
+    c.add_argument("--E", type=int, help="doubly: partitions of expiration time")
+    c.add_argument("--n", type=int, help="wave: number of sub-indices")
+    c.add_argument("--mode", choices=["rebuild", "norebuild"], help="the new maintenance mode")
+    c.add_argument("--seed", type=int, help="random partitioning: the hash seed (default: drawn at random)")
+    c.add_argument("--copy", action="store_true", help="copy the live records now instead of draining the old layout")
+    c.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
+                   help="how long to wait for a running update to finish (default 600)")
+    c.add_argument("--format", choices=["table", "json"], default="table", help="how to print the migration's record")
+
     for module in LAYER_COMMANDS:
         importlib.import_module(module).register(sub)
     for c in sub.choices.values():  # `ebb stats X --debug` works as well as `ebb --debug stats X`
@@ -311,6 +334,9 @@ def _cmd_stats(a) -> int:
         fmt = lambda runs: ",".join(f"{a_}..{b_}" if a_ != b_ else str(a_) for a_, b_ in runs) or "-"
         print(f"{'I' + str(x['subindex']):>5} {x['records']:>10} {x['bytes']:>12} {x['blocks']:>8}  "
               f"{fmt(x['insertion_slots']):<22} {fmt(x['expiration_slots'])}")
+    for k, d in enumerate(s["draining"], 1):
+        print(f"draining layout {k} ({d['layout']}, replaced after slot {d['switched_after_slot']}): "
+              f"{d['runs']} runs, {d['records']} records (expired ones included), {_size(d['bytes'])}; gone by T={d['gone_by']}")
     log = s["update_log"][-a.updates:] if a.updates else []
     if log:
         print(f"\nlast {len(log)} updates:")
@@ -347,6 +373,30 @@ def _cmd_verify(a) -> int:
         print(f"verify: {len(problems)} problems found", file=sys.stderr)
         return EXIT_VERIFY
     print("verify: ok")
+    return 0
+
+
+def _cmd_migrate(a) -> int:
+    from ..storage.archive import Archive
+    from ..storage.migration import migrate, target_config
+
+    with Archive(a.path) as arc:
+        target = target_config(arc.config, layout=a.layout, partitioning=a.partitioning, split=a.split, G=a.G,
+                               E=a.E, n_wave=a.n, mode=a.mode, seed=a.seed)
+        progress = None if a.format == "json" else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+        rec = migrate(arc, target, copy=a.copy, wait_s=a.wait, progress=progress)
+    if a.format == "json":
+        print(json.dumps(rec, indent=2))
+        return 0
+    print(f"migrated {a.path}: {rec['from_layout']} -> {rec['to_layout']} after update {rec['after_update']}")
+    if rec["method"] == "copy":
+        print(f"copied {rec['records_copied']} live records: read {_size(rec['bytes_read'])}, "
+              f"wrote {rec['blocks_written']} blocks/{_size(rec['bytes_written'])}; {rec['wall_seconds'] * 1000:.1f} ms")
+    elif rec["records_left_draining"]:
+        print(f"draining: {rec['records_left_draining']} records stay where they are until they expire "
+              f"(all by T={rec['drained_by']}); nothing was copied; {rec['wall_seconds'] * 1000:.1f} ms")
+    else:
+        print("nothing to drain: the archive held no records")
     return 0
 
 

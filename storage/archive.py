@@ -25,8 +25,8 @@ from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionErr
 from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclusive_lock, write_durably
 from .layout import compress_slots
 from .manifest import (
-    FORMAT_VERSION, ArchiveState, SubIndexState, parse_state, read_checkpoint, read_config, read_schema,
-    read_state, read_state_bytes, read_update_records, write_config, write_state,
+    FORMAT_VERSION, ArchiveState, SubIndexState, parse_config, parse_state, read_checkpoint, read_config_bytes,
+    read_migrations, read_schema, read_state, read_state_bytes, read_update_records, write_config, write_state,
 )
 from .snapshot import Snapshot
 
@@ -77,9 +77,10 @@ class Archive:
         self.open_files = OpenFiles(self.data_dir)
         self._descriptors = _LRU(4096)
         self._state_cache: tuple[bytes, ArchiveState] | None = None
+        self._config_cache: tuple[bytes, ArchiveConfig] | None = None
         self._schema: pa.Schema | None = None
         with self.env.begin() as txn:
-            self.config: ArchiveConfig = read_config(txn)
+            self._cached_config(txn)
 
     # -- lifecycle ------------------------------------------------------------------------------
     @staticmethod
@@ -135,27 +136,30 @@ class Archive:
         self.close()
 
     @contextmanager
-    def writer_lock(self) -> Iterator[None]:
-        """Exclusive right to update; fails fast with ArchiveBusy instead of queueing."""
+    def writer_lock(self, wait_s: float = 0.0) -> Iterator[None]:
+        """Exclusive right to update. If another process holds it, waits up to ``wait_s``
+        seconds for it, then fails with ArchiveBusy (at once by default)."""
         if self.readonly:
             raise ArchiveError(f"{self.path} is open read-only in this process (a reader opened it first); "
                                "a process that writes must open it for writing before any read-only reader")
         try:
-            with exclusive_lock(os.path.join(self.path, LOCK)):
+            with exclusive_lock(os.path.join(self.path, LOCK), wait_s):
                 yield
         except LockHeld:
-            raise ArchiveBusy(f"another process is updating {self.path}; try again when it finishes") from None
+            waited = f" (waited {wait_s:g} s)" if wait_s else ""
+            raise ArchiveBusy(f"another process is updating {self.path}{waited}; try again when it finishes") from None
 
     # -- writing --------------------------------------------------------------------------------
     def load(self, table: pa.Table, at: int, progress: Callable[[str], None] | None = None,
-             checkpoint: dict[str, bytes] | None = None, late_rows: int = 0) -> dict:
+             checkpoint: dict[str, bytes] | None = None, late_rows: int = 0, wait_s: float = 0.0) -> dict:
         """Applies one periodic update at time ``at`` (docs/spec.md section 2) and returns its
         record. Raises RejectedBatch (archive unchanged) for bad input. ``checkpoint`` (name ->
-        bytes) and ``late_rows`` commit atomically with the update."""
+        bytes) and ``late_rows`` commit atomically with the update. ``wait_s``: how long to wait
+        for another writer (an update, or a migration) to finish."""
         from . import update
         from .recovery import collect_garbage, recover
 
-        with self.writer_lock(), self._metadata_errors():
+        with self.writer_lock(wait_s), self._metadata_errors():
             recover(self.env, self.data_dir)
             record = update.apply(self, table, at, progress, checkpoint, late_rows)
             collect_garbage(self.env, self.data_dir)
@@ -187,6 +191,23 @@ class Archive:
             return recover(self.env, self.data_dir) + collect_garbage(self.env, self.data_dir)
 
     # -- reading --------------------------------------------------------------------------------
+    @property
+    def config(self) -> ArchiveConfig:
+        """The configuration of the last committed version. ``migrate`` may change its layout
+        while the archive is open, so code that also reads the state reads both in one
+        transaction (``_cached_config``); after ``close``, the last one seen."""
+        if self.env is None:
+            return self._config_cache[1]
+        with self.env.begin() as txn:
+            return self._cached_config(txn)
+
+    def _cached_config(self, txn) -> ArchiveConfig:
+        """The configuration of ``txn``'s version, parsed once per version."""
+        raw = read_config_bytes(txn)
+        if self._config_cache is None or self._config_cache[0] != raw:
+            self._config_cache = (raw, parse_config(raw))
+        return self._config_cache[1]
+
     def _cached_state(self, txn) -> ArchiveState:
         """The state of ``txn``'s version, parsed once per version (callers must not modify it)."""
         raw = read_state_bytes(txn)
@@ -212,6 +233,16 @@ class Archive:
         with self.env.begin() as txn:
             return read_state(txn)
 
+    def _version(self) -> tuple[ArchiveConfig, ArchiveState]:
+        """The configuration and state of the last committed version, read together."""
+        with self.env.begin() as txn:
+            return self._cached_config(txn), read_state(txn)
+
+    def migrations(self) -> list[dict]:
+        """The log of layout changes (``migrate``), oldest first."""
+        with self.env.begin() as txn:
+            return read_migrations(txn)
+
     @property
     def schema(self) -> pa.Schema | None:
         with self.env.begin() as txn:
@@ -224,8 +255,8 @@ class Archive:
     def plan(self, updates: int = 1) -> list[dict]:
         """Which sub-indices (1-based) each of the next ``updates`` updates inserts into and
         deletes from (docs/spec.md section 3)."""
-        state = self.state()
-        layout, tm = self.config.layout_obj, self.config.time
+        cfg, state = self._version()
+        layout, tm = cfg.layout_obj, cfg.time
         out = []
         if state.last_slot is None:
             out.append({"slot": 0, "time": tm.tau, "kind": "bulk", "insert_into": list(range(1, layout.n + 1)), "delete_from": []})
@@ -244,8 +275,8 @@ class Archive:
     def stats(self, update_log: int | None = None) -> dict:
         """Configuration, state, per-sub-index sizes and slot ranges, and the update log (the
         last ``update_log`` records, all by default)."""
-        state = self.state()
-        layout, tm = self.config.layout_obj, self.config.time
+        cfg, state = self._version()
+        layout, tm = cfg.layout_obj, cfg.time
         last = state.last_slot if state.last_slot is not None else 0
         subs = []
         for i, s in enumerate(state.subindices):
@@ -261,7 +292,7 @@ class Archive:
         return {
             "path": self.path,
             "format": FORMAT_VERSION,
-            "config": asdict(self.config),
+            "config": asdict(cfg),
             "layout": layout.describe(),
             "n": layout.n,
             "p": tm.p,
@@ -273,5 +304,11 @@ class Archive:
             "bytes": sum(s.bytes for s in state.subindices),
             "late_rows": state.late_rows,
             "subindices": subs,
+            "draining": [{"layout": ArchiveConfig(**d.config).layout_obj.describe() + ", " + d.config["mode"],
+                          "switched_after_slot": d.switched_after_slot, "records": d.records, "bytes": d.bytes,
+                          "runs": sum(len(x.runs) for x in d.subindices),
+                          "gone_by": max((r.max_exp for x in d.subindices for r in x.runs), default=None)}
+                         for d in state.draining],
+            "migrations": self.migrations(),
             "update_log": self.updates(update_log),
         }

@@ -15,6 +15,7 @@ import fcntl
 import os
 import re
 import secrets
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -232,15 +233,21 @@ class LockHeld(Exception):
 
 
 @contextmanager
-def exclusive_lock(path: str) -> Iterator[None]:
-    """Holds flock(LOCK_EX) on ``path`` (created if needed); raises LockHeld at once instead of
-    waiting. The kernel drops the lock when the process dies, so a crash never leaves it held."""
+def exclusive_lock(path: str, wait_s: float = 0.0) -> Iterator[None]:
+    """Holds flock(LOCK_EX) on ``path`` (created if needed); raises LockHeld if another process
+    still holds it after ``wait_s`` seconds (at once by default). The kernel drops the lock when
+    the process dies, so a crash never leaves it held."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + wait_s
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockHeld(path) from None
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockHeld(path) from None
+                time.sleep(0.02)  # polled: a blocking flock could not honour the deadline
         yield
     finally:
         os.close(fd)

@@ -8,11 +8,13 @@ Keys (one LMDB database):
 
     config          ArchiveConfig (JSON), written once by ``ebb init``
     schema          the archive's Arrow schema (IPC), written by the first load
-    state           ArchiveState (JSON): last slot, update count, and the live runs of each sub-index
+    state           ArchiveState (JSON): last slot, update count, the live runs of each sub-index,
+                    and the runs of layouts being drained after ``ebb migrate``
     run/NAME        the RunDescriptor of run file NAME
     garbage         files and file prefixes replaced by committed updates, not yet reclaimed
     ext/NAME        a producer's progress record, committed with the update it describes
     upd/SEQ         the UpdateRecord of update SEQ (8 bytes big-endian)
+    migrations      the log of layout changes (``migrate``), oldest first
 """
 
 from __future__ import annotations
@@ -79,6 +81,30 @@ class SubIndexState:
 
 
 @dataclass
+class DrainingLayout:
+    """A layout that ``migrate`` replaced without copying. It receives no more records; each
+    update drops its runs whose records have all expired, and the layout goes with its last run
+    (within S of the switch). Until then reads cover it too: every record is in exactly one
+    layout, because records inserted after the switch go only to the new one."""
+
+    config: dict  # the ArchiveConfig (asdict) it was written under
+    switched_after_slot: int | None  # the last update it received records from
+    subindices: list[SubIndexState] = field(default_factory=list)
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.subindices)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.subindices)
+
+
+def _subindices(raw: list[dict]) -> list[SubIndexState]:
+    return [SubIndexState([LiveRun(**r) for r in s["runs"]]) for s in raw]
+
+
+@dataclass
 class ArchiveState:
     """The version: rewritten by every update."""
 
@@ -86,6 +112,12 @@ class ArchiveState:
     update_seq: int = 0  # number of committed updates
     late_rows: int = 0
     subindices: list[SubIndexState] = field(default_factory=list)
+    draining: list[DrainingLayout] = field(default_factory=list)  # newest first
+
+    def run_names(self) -> set[str]:
+        """Every run file this version references, in the current and the draining layouts."""
+        return {r.name for s in self.subindices for r in s.runs} | \
+            {r.name for d in self.draining for s in d.subindices for r in s.runs}
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -93,7 +125,9 @@ class ArchiveState:
     @staticmethod
     def from_json(data: bytes) -> "ArchiveState":
         d = json.loads(data)
-        d["subindices"] = [SubIndexState([LiveRun(**r) for r in s["runs"]]) for s in d["subindices"]]
+        d["subindices"] = _subindices(d["subindices"])
+        d["draining"] = [DrainingLayout(x["config"], x["switched_after_slot"], _subindices(x["subindices"]))
+                         for x in d.get("draining", [])]
         return ArchiveState(**d)
 
 
@@ -114,8 +148,20 @@ def _get(txn: lmdb.Transaction, key: bytes, tag: bytes, what: str, required: boo
     return unseal(tag, key, raw, what)
 
 
-def read_config(txn) -> ArchiveConfig:
-    return ArchiveConfig.from_json(bytes(_get(txn, b"config", b"CONF", "configuration")))
+def _sealed(txn, key: bytes, what: str) -> bytes:
+    """A required value as stored, still sealed (a cache key for the parsed value)."""
+    raw = _lookup(txn, key)
+    if raw is None:
+        raise ArchiveError(f"the archive's metadata has no {what}: it is damaged or was not created by ebb")
+    return bytes(raw)
+
+
+def read_config_bytes(txn) -> bytes:
+    return _sealed(txn, b"config", "configuration")
+
+
+def parse_config(raw: bytes) -> ArchiveConfig:
+    return ArchiveConfig.from_json(bytes(unseal(b"CONF", b"config", raw, "configuration")))
 
 
 def write_config(txn, cfg: ArchiveConfig) -> None:
@@ -123,11 +169,7 @@ def write_config(txn, cfg: ArchiveConfig) -> None:
 
 
 def read_state_bytes(txn) -> bytes:
-    """The sealed state value as stored (a cache key for the parsed state)."""
-    raw = _lookup(txn, b"state")
-    if raw is None:
-        raise ArchiveError("the archive's metadata has no state: it is damaged or was not created by ebb")
-    return bytes(raw)
+    return _sealed(txn, b"state", "state")
 
 
 def parse_state(raw: bytes) -> ArchiveState:
@@ -188,6 +230,16 @@ def write_checkpoint(txn, name: str, value: bytes) -> None:
     txn.put(key, seal(b"EXTN", key, value))
 
 
+def read_migrations(txn) -> list[dict]:
+    """The log of layout changes, oldest first."""
+    raw = _get(txn, b"migrations", b"MIGR", "migration log", required=False)
+    return json.loads(bytes(raw)) if raw is not None else []
+
+
+def write_migrations(txn, log: list[dict]) -> None:
+    txn.put(b"migrations", seal(b"MIGR", b"migrations", json.dumps(log).encode()))
+
+
 def append_update_record(txn, seq: int, record: dict) -> None:
     key = b"upd/" + seq.to_bytes(8, "big")
     txn.put(key, seal(b"UPDT", key, json.dumps(record).encode()))
@@ -206,7 +258,7 @@ def read_update_records(txn, last: int | None = None) -> list[dict]:
     return out if last is None else out[-last:] if last else []
 
 
-_TAGS = {b"config": b"CONF", b"state": b"STAT", b"schema": b"SCHM", b"garbage": b"GARB"}
+_TAGS = {b"config": b"CONF", b"state": b"STAT", b"schema": b"SCHM", b"garbage": b"GARB", b"migrations": b"MIGR"}
 _PREFIX_TAGS = {b"run/": b"RUN2", b"ext/": b"EXTN", b"upd/": b"UPDT"}
 
 

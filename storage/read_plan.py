@@ -45,11 +45,17 @@ class ReadTask:
     """Blocks of one run file to read and how to filter them. Picklable, so that a Spark task
     can execute it on an executor that mounts the archive's data directory."""
 
-    subindex: int  # 0-based
+    subindex: int  # 0-based, in its layout
     file: str  # run file name in the data directory
     blocks: tuple[BlockEntry, ...]  # in file order
     as_of: int  # return records with ts <= as_of < exp
     key_ranges: tuple = ()  # ((lo, hi), ...) keys to keep; () keeps every key (a scan)
+    draining: int = 0  # 0: the current layout; k: the k-th layout being drained after a migration
+
+    @property
+    def where(self) -> str:
+        """The sub-index, for messages: "sub-index I3" (or "... of draining layout 1")."""
+        return f"sub-index I{self.subindex + 1}" + (f" of draining layout {self.draining}" if self.draining else "")
 
     @property
     def bytes(self) -> int:
@@ -62,7 +68,8 @@ class ReadTask:
 
 def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], request: ReadRequest, as_of: int,
          subindices: list[int] | None = None) -> list[ReadTask]:
-    """The tasks that answer ``request`` as of ``as_of`` (sub-indices 0-based, all by default)."""
+    """The tasks that answer ``request`` as of ``as_of``: over the current layout's sub-indices
+    (0-based, all by default) and, unless sub-indices are named, the layouts being drained."""
     if isinstance(request, Probe):
         ranges = tuple((k, k) for k in sorted(set(request.keys)))
     elif isinstance(request, KeyRange):
@@ -71,9 +78,12 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
         ranges = ((request.lo, request.hi),)
     else:
         ranges = ()
+    sources = [(0, i, state.subindices[i]) for i in (range(len(state.subindices)) if subindices is None else subindices)]
+    if subindices is None:  # every record is in exactly one layout, so nothing is read twice
+        sources += [(k, i, sub) for k, d in enumerate(state.draining, 1) for i, sub in enumerate(d.subindices)]
     tasks = []
-    for i in (range(len(state.subindices)) if subindices is None else subindices):
-        for run in state.subindices[i].runs:
+    for layout, i, sub in sources:
+        for run in sub.runs:
             if run.max_exp <= as_of:
                 continue
             desc = descriptor(run.name)
@@ -83,10 +93,10 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                     idx = sorted(set(idx).union(*(desc.key_blocks(lo, hi, run.first_live) for lo, hi in ranges[1:])))
                 blocks = [desc.entries[b] for b in idx if desc.entries[b].max_exp > as_of]
                 if blocks:
-                    tasks.append(ReadTask(i, run.name, tuple(blocks), as_of, ranges))
+                    tasks.append(ReadTask(i, run.name, tuple(blocks), as_of, ranges, layout))
             else:
                 blocks = [e for e in desc.entries[run.first_live:] if e.max_exp > as_of]
-                tasks += [ReadTask(i, run.name, part, as_of) for part in _split(blocks, SCAN_TASK_BYTES)]
+                tasks += [ReadTask(i, run.name, part, as_of, (), layout) for part in _split(blocks, SCAN_TASK_BYTES)]
     return tasks
 
 

@@ -25,7 +25,7 @@ def recover(env: lmdb.Environment, data_dir: str) -> list[str]:
     with env.begin() as txn:
         state = read_state(txn)
         pending = {g[0] for g in read_garbage(txn)}
-    referenced = {r.name for s in state.subindices for r in s.runs}
+    referenced = state.run_names()
     actions = []
     for name in sorted(os.listdir(data_dir)):
         if name in referenced or name in pending:
@@ -45,7 +45,7 @@ def collect_garbage(env: lmdb.Environment, data_dir: str) -> list[str]:
             return []
         oldest = oldest_reader_txn(env)
         done, keep = [], []
-        live = {r.name for s in read_state(txn).subindices for r in s.runs}
+        live = read_state(txn).run_names()
         for name, freed_by, end in garbage:
             if oldest is not None and freed_by > oldest:
                 keep.append([name, freed_by, end])

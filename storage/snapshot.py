@@ -28,7 +28,7 @@ class Snapshot:
         self._archive = archive
         self.txn = archive.env.begin(buffers=False)
         try:
-            self.config: ArchiveConfig = archive.config
+            self.config: ArchiveConfig = archive._cached_config(self.txn)
             self.state: ArchiveState = archive._cached_state(self.txn)
             self.schema: pa.Schema | None = archive._cached_schema(self.txn)
         except BaseException:
@@ -76,7 +76,7 @@ class Snapshot:
         """Executes one task of this snapshot's plan (archive schema, valid records only)."""
         cfg = self.config
         return execute(task, self._archive.open_files, self._physical, cfg.key_column, cfg.ts_column,
-                       cfg.exp_column, f"archive {self._archive.path}, sub-index I{task.subindex + 1}")
+                       cfg.exp_column, f"archive {self._archive.path}, {task.where}")
 
     def read_args(self) -> tuple[str, pa.Schema, ArchiveConfig]:
         """What ``read_unpinned`` needs besides a task: the data directory, schema and config."""
@@ -104,6 +104,6 @@ def read_unpinned(task: ReadTask, data_dir: str, schema: pa.Schema, config: Arch
     files = OpenFiles(data_dir)
     try:
         yield from execute(task, files, physical_schema(schema), config.key_column, config.ts_column,
-                           config.exp_column, f"data directory {data_dir}, sub-index I{task.subindex + 1}")
+                           config.exp_column, f"data directory {data_dir}, {task.where}")
     finally:
         files.close()

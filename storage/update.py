@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from . import files
 from .commit import commit, stage
+from .drain import drain
 from .faults import SimulatedCrash, crash_point
 from .iostats import delta as io_delta, proc_io
 from .maintenance import MaintenanceContext, SubIndexChange, norebuild, rebuild
@@ -34,10 +35,10 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
     ``checkpoint`` entries (name -> bytes) and ``late_rows`` commit in the same transaction, so
     a producer's progress and the data can never disagree. Caller holds the writer lock."""
     t0, io0 = time.perf_counter(), proc_io()
-    cfg = archive.config
     txn = archive.env.begin(write=True)
     created: list[str] = []
     try:
+        cfg = archive._cached_config(txn)  # ``migrate`` may have changed the layout since the last update
         state = read_state(txn)
         j = update_slot(cfg, state, at)
         stored = read_schema(txn)
@@ -108,8 +109,9 @@ def descriptor_reader(archive, txn) -> Callable[[str], RunDescriptor]:
 
 def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], late_rows: int, schema_to_write,
                   checkpoint: dict[str, bytes] | None, t0: float, io0: dict) -> dict:
-    """Writes the new version (state, runs, update record, checkpoint) into ``txn`` and commits
-    it: the single commit point, shared by updates whose runs this process or Spark tasks wrote.
+    """Writes the new version (state, runs, update record, checkpoint, runs drained from
+    replaced layouts) into ``txn`` and commits it: the single commit point, shared by updates
+    whose runs this process or Spark tasks wrote.
     ``plan`` gives the update's slot and planned sets; ``plan.rows`` is not used."""
     j, at = plan.slot, plan.time
     state.last_slot = j
@@ -130,9 +132,11 @@ def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], l
         bytes_written=sum(c.bytes_written for c in changes),
         per_subindex=[c.to_dict() for c in changes],
     )
+    drained = drain(state, at)
+    record.drained_runs, record.drained_records = len(drained.runs), drained.records
     for k, v in io_delta(io0, proc_io()).items():
         setattr(record, k, v)
     record.wall_seconds = round(time.perf_counter() - t0, 6)
-    stage(txn, state, changes, schema_to_write, checkpoint, record.to_dict())
+    stage(txn, state, changes, schema_to_write, checkpoint, record.to_dict(), drained.runs)
     commit(txn)
     return record.to_dict()

@@ -52,12 +52,8 @@ def plan_update(cfg: ArchiveConfig, last_slot: int | None, j: int, table: pa.Tab
     if dropped:
         table, ts, exp = table.filter(pa.array(live)), ts[live], exp[live]
     k_ins, k_exp, sub = subindex_of_rows(cfg, bulk, j, ts, exp)
-    order = _order(table.column(cfg.key_column), exp, sub, k_exp if cfg.mode == "norebuild" else None)
     rows = table.append_column(pa.field(INS_SLOT, pa.int64(), nullable=False), pa.array(k_ins, pa.int64()))
-    if rows.num_rows > 1:
-        rows = rows.take(pa.array(order))
-    sub_sorted = sub[order]
-    cuts = np.searchsorted(sub_sorted, np.arange(layout.n + 1))
+    rows, exp_slots, cuts = place(cfg, rows, exp, k_exp, sub)
     if last_slot is None:
         deletion, planned_delete = None, []
     else:
@@ -69,7 +65,7 @@ def plan_update(cfg: ArchiveConfig, last_slot: int | None, j: int, table: pa.Tab
     return UpdatePlan(
         slot=j, time=at, bulk=bulk, deletion_slots=deletion,
         planned_insert=list(range(layout.n)) if bulk else layout.insert_targets(j),
-        planned_delete=planned_delete, rows=rows, exp_slots=k_exp[order], cuts=cuts,
+        planned_delete=planned_delete, rows=rows, exp_slots=exp_slots, cuts=cuts,
         input_rows=table.num_rows + dropped, dropped=dropped,
     )
 
@@ -82,6 +78,17 @@ def subindex_of_rows(cfg: ArchiveConfig, bulk: bool, j: int, ts: np.ndarray, exp
     k_ins = tm.slots(ts) if bulk else np.full(len(ts), j, dtype=np.int64)
     k_exp = tm.slots(exp)
     return k_ins, k_exp, cfg.layout_obj.subindex_of(k_ins, k_exp)
+
+
+def place(cfg: ArchiveConfig, rows: pa.Table, exp: np.ndarray, k_exp: np.ndarray, sub: np.ndarray
+          ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """``rows`` (each with its sub-index ``sub``) in the order maintenance writes them, by
+    (sub-index, expiration slot in NoRebuild mode, key, exp); their expiration slots in that
+    order; and cuts: the rows of sub-index i are [cuts[i], cuts[i+1])."""
+    order = _order(rows.column(cfg.key_column), exp, sub, k_exp if cfg.mode == "norebuild" else None)
+    if rows.num_rows > 1:
+        rows = rows.take(pa.array(order))
+    return rows, k_exp[order], np.searchsorted(sub[order], np.arange(cfg.n + 1))
 
 
 def _order(keys: pa.ChunkedArray, exp: np.ndarray, sub: np.ndarray, k_exp: np.ndarray | None) -> np.ndarray:

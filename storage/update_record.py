@@ -27,6 +27,8 @@ class UpdateRecord:
     blocks_written: int
     bytes_written: int
     per_subindex: list[dict] = field(default_factory=list)
+    drained_runs: int = 0  # runs of layouts being drained after a migration, dropped wholly expired
+    drained_records: int = 0
     os_rchar: int = 0  # the process's /proc/self/io deltas over the update
     os_wchar: int = 0
     os_read_bytes: int = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ebb.indexer.jobspec import ArchiveSpec, Job, Query, Source, Window
+from ebb.indexer.jobspec import ArchiveSpec, Job, Query, Source
 
 
 def job(kind: str, windows, *, key="key", select=(), filter=None, on=(), condition=None, group_by=(), aggregates=None,

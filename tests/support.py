@@ -10,7 +10,6 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
-from ebb.storage.archive import Archive
 from ebb.storage.config import ArchiveConfig
 from ebb.query.reader import ArchiveReader
 

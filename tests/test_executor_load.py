@@ -5,8 +5,6 @@ with SIGKILL in mid-update; the driver killed at each point of the commit protoc
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import signal
 import socket

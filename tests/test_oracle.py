@@ -76,35 +76,47 @@ def check_reads(arc, oracle, t, rng, sc):
         assert rows_multiset(r.probe_range(a, b, as_of=t)) == oracle.probe_range(a, b, t)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_random_schedules_match_oracle(sc):
+def bulk_loaded(sc, path):
+    """The scenario's archive created at ``path`` after its bulk load: (archive, oracle, rng, schema)."""
     rng = np.random.default_rng(sc["seed"])
     ktype = pa.string() if sc["string_keys"] else pa.int64()
     schema = pa.schema([("key", ktype), ("ts", pa.int64()), ("exp", pa.int64()), ("payload", pa.string())])
     cfg = config(mode=sc["mode"], tau=sc["tau"], delta=sc["delta"], max_lifetime=sc["s"], accept_overlong=sc["overlong"],
                  block_bytes=sc["block_bytes"] or 512 << 10, **sc["layout"])
     oracle = Oracle()
+    arc = Archive.create(path, cfg)
+    rows = make_rows(rng, sc["base_rate"] * 3, sc["tau"] - sc["s"] + 1, sc["tau"], sc, "bulk")
+    arc.load(pa.Table.from_pylist(rows, schema=schema), sc["tau"])
+    oracle.load(rows, sc["tau"])
+    return arc, oracle, rng, schema
+
+
+def update_and_check(arc, oracle, rng, schema, sc, j, mult, probes) -> int:
+    """The update of slot ``j`` (rate x ``mult``), checked against the oracle, then ``probes``
+    reads at random later times. Returns the update's time."""
+    T = sc["tau"] + j * sc["delta"]
+    # mostly this interval's records, some late ones from earlier intervals
+    rows = make_rows(rng, sc["base_rate"] * mult, T - 2 * sc["delta"] + 1, T, sc, f"u{j}")
+    rec = arc.load(pa.Table.from_pylist(rows, schema=schema), T)
+    oracle.load(rows, T)
+    assert rec["inserted"] == sum(1 for r in rows if r["exp"] > T)
+    assert rec["dropped_expired"] == sum(1 for r in rows if r["exp"] <= T)
+    assert set(rec["subindices_touched"]) <= set(rec["planned_insert_into"]) | set(rec["planned_delete_from"])
+    check_reads(arc, oracle, T, rng, sc)
+    for _ in range(probes):
+        check_reads(arc, oracle, T + int(rng.integers(0, sc["s"] + 3)), rng, sc)
+    return T
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_random_schedules_match_oracle(sc):
     with tempfile.TemporaryDirectory() as d:
-        arc = Archive.create(d + "/a", cfg)
-        tau, delta, s = sc["tau"], sc["delta"], sc["s"]
-        rows = make_rows(rng, sc["base_rate"] * 3, tau - s + 1, tau, sc, "bulk")
-        arc.load(pa.Table.from_pylist(rows, schema=schema), tau)
-        oracle.load(rows, tau)
+        arc, oracle, rng, schema = bulk_loaded(sc, d + "/a")
         j = 0
         for missed, mult, probes in sc["steps"]:
             j += 1 + missed
-            T = tau + j * delta
-            # mostly this interval's records, some late ones from earlier intervals
-            rows = make_rows(rng, sc["base_rate"] * mult, T - 2 * delta + 1, T, sc, f"u{j}")
-            rec = arc.load(pa.Table.from_pylist(rows, schema=schema), T)
-            oracle.load(rows, T)
-            assert rec["inserted"] == sum(1 for r in rows if r["exp"] > T)
-            assert rec["dropped_expired"] == sum(1 for r in rows if r["exp"] <= T)
-            assert set(rec["subindices_touched"]) <= set(rec["planned_insert_into"]) | set(rec["planned_delete_from"])
-            check_reads(arc, oracle, T, rng, sc)
-            for _ in range(probes):
-                check_reads(arc, oracle, T + int(rng.integers(0, s + 3)), rng, sc)
+            update_and_check(arc, oracle, rng, schema, sc, j, mult, probes)
         problems, _ = verify(arc)
         assert problems == []
         arc.close()

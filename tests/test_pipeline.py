@@ -8,7 +8,6 @@ import fcntl
 import json
 import os
 import time
-from collections import Counter
 
 import numpy as np
 import pyarrow as pa

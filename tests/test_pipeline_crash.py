@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from ebb.indexer.jobspec import load_job
 from ebb.indexer.scheduler import Scheduler
@@ -77,7 +78,10 @@ def committed(path):
     return slots, prog
 
 
-def test_killed_runs_commit_every_tick_exactly_once(spark, tmp_path):
+@pytest.fixture(scope="module")
+def landed(spark, tmp_path_factory):
+    """Landed files for TICKS ticks, and an undisturbed run's scans at a few times."""
+    tmp_path = tmp_path_factory.mktemp("landed")
     rng = np.random.default_rng(11)
     landing = tmp_path / "landing"
     for src in ("clicks", "views"):
@@ -85,12 +89,15 @@ def test_killed_runs_commit_every_tick_exactly_once(spark, tmp_path):
             n = int(rng.integers(0, 30))
             land(pa.table({"user": rng.integers(0, 4, n), "t": rng.integers(hi - 4, hi + 1, n), "x": rng.integers(0, 9, n)}),
                  str(landing / src), f"{src}-{hi}.parquet")
-    # the undisturbed run
     ref_job = write_job(tmp_path, "reference", landing)
     with Scheduler(load_job(str(ref_job)), say=lambda m: None) as s:
         assert s.run(until=T_END) == TICKS
         expected = {t: rows_multiset(ArchiveReader(s.archive).scan_table(as_of=t)) for t in (T_END, T_END + 4, T_END + 9)}
+    return landing, expected
 
+
+def test_killed_runs_commit_every_tick_exactly_once(landed, tmp_path):
+    landing, expected = landed
     job = write_job(tmp_path, "crashy", landing)
     path = tmp_path / "crashy"
     scenarios = [("update.before_commit:2", None), ("update.after_commit:2", None), ("update.validated:1", None),
@@ -121,3 +128,32 @@ def test_killed_runs_commit_every_tick_exactly_once(spark, tmp_path):
     rc, out, _ = run_cli(job)  # the same landed files again: nothing is loaded twice
     assert rc == 0 and "ran 0 ticks" in out
     assert committed(path)[0] == list(range(TICKS))
+
+
+def test_run_goes_on_through_a_migration(landed, tmp_path):
+    """`ebb migrate` (another process) between two ticks of a running scheduler, which holds the
+    archive open: the migration takes the writer lock between ticks, the scheduler's next ticks
+    read the new configuration and go to the new layout, and the answers equal the undisturbed
+    run's."""
+    landing, expected = landed
+    job = write_job(tmp_path, "migrating", landing)
+    path = tmp_path / "migrating"
+    migrations = []
+
+    def say(msg: str) -> None:
+        if msg.startswith("tick 2 ") and "; +" in msg and not migrations:  # tick 2 committed
+            m = ebb("migrate", path, "--G", "3", "--E", "2", "--mode", "rebuild", "--format", "json")
+            assert m.returncode == 0, m.stderr
+            migrations.append(json.loads(m.stdout))
+
+    with Scheduler(load_job(str(job)), say=say) as s:
+        assert s.run(until=T_END) == TICKS
+    assert migrations and migrations[0]["after_update"] == 3  # bulk load and ticks 1, 2
+    slots, prog = committed(path)
+    assert slots == list(range(TICKS)) and prog["last_slot"] == TICKS - 1
+    with Archive(str(path)) as a:
+        assert (a.config.G, a.config.E, a.config.mode) == (3, 2, "rebuild") and len(a.state().subindices) == 6
+    with ArchiveReader(str(path)) as r:
+        for t, want in expected.items():
+            assert rows_multiset(r.scan_table(as_of=t)) == want
+    assert ebb("verify", path).returncode == 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ebb.indexer.events import T
