@@ -416,3 +416,20 @@ def test_bench_report_flags_missed_targets(tmp_path):
     big.loc[big.config == "NoRebuild4x4", "peak_anon_update"] = 2.2e8
     v = _verdicts(report.render({"thesis-small": small, "thesis-large-smallbatch": big}, {"thesis-small": DISK}, tmp_path))
     assert v[("thesis-small vs thesis-large-smallbatch", "update peak anon memory")] == "met"
+
+
+def test_bench_migration_drains_without_writing_and_copies_the_live_data(tmp_path):
+    """`ebb bench-migration` end to end on the quick workload: both clones answer alike (the
+    command fails otherwise), draining writes nothing at the switch and is gone after p updates,
+    copying writes every live record."""
+    out = tmp_path / "mig"
+    proc = subprocess.run([sys.executable, "-m", "ebb.query.cli", "bench-migration", "--workload", "quick",
+                           "--before", "2", "--from", "Rebuild2x2", "--to", "NoRebuild3x3-chr", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((out / "migration.json").read_text())
+    drain, copy = r["methods"]["drain"], r["methods"]["copy"]
+    assert drain["switch"]["bytes_written"] == drain["switch"]["os_write_bytes"] == 0
+    assert drain["switch"]["records_left_draining"] == copy["switch"]["records_copied"] > 0
+    assert copy["switch"]["bytes_written"] > 0 and drain["draining_left"] == copy["draining_left"] == 0
+    assert len(drain["updates"]) == len(copy["updates"]) == r["p"]

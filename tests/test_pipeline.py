@@ -121,7 +121,7 @@ def all_files(job):
             for n, s in job.sources.items()}
 
 
-@pytest.mark.parametrize("text,ticks,mode", [(JOIN, 22, "rebuild"), (AGGREGATE, 8, "norebuild"), (DISTINCT, 8, "rebuild")],
+@pytest.mark.parametrize("text,ticks,mode", [(JOIN, 12, "rebuild"), (AGGREGATE, 8, "norebuild"), (DISTINCT, 8, "rebuild")],
                          ids=["join", "aggregate", "distinct"])
 def test_ticks_equal_one_shot(spark, tmp_path, monkeypatch, text, ticks, mode):
     job = write_job(tmp_path, text, mode)
