@@ -84,10 +84,18 @@ def fingerprint(job: Job) -> str:
 
 def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
     """The archive a job creates: its [archive] section, with ``auto`` resolved (checked and
-    completed by storage's ``build_config``, as ``ebb init`` is)."""
+    completed by storage's ``build_config``, as ``ebb init`` is). ``auto`` is the layout advisor's
+    recommendation (layout, mode, partitioning or split, G and E or n) when a calibration exists
+    (indexer/advisor.py), else the update pattern's default."""
+    from .advisor import auto_layout
+
     a = job.archive
-    layout = cls.layout if a.layout == "auto" else a.layout
     s = a.max_lifetime or cls.max_lifetime
+    advised = auto_layout(job) if a.layout == "auto" else None
+    if advised is not None:
+        return build_config(**advised.settings(), interval=a.interval, max_lifetime=s, start=a.start,
+                            key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit)
+    layout = cls.layout if a.layout == "auto" else a.layout
     p = -(-s // a.interval)
     doubly = layout == "doubly"
     return build_config(

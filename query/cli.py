@@ -24,7 +24,7 @@ from ..storage.errors import EXIT_ERROR, EXIT_VERIFY, EbbError, RejectedBatch, U
 # its parsers with ``set_defaults(handler=run)``; ``run(args) -> int`` does the work. They must not
 # import heavy dependencies (pyspark) at module level: --help imports them all.
 LAYER_COMMANDS: list[str] = ["ebb.indexer.commands", "ebb.query.serve_cmd", "ebb.tools.bench_cmd", "ebb.tools.scaleout",
-                             "ebb.tools.migration_bench"]
+                             "ebb.tools.migration_bench", "ebb.tools.advise_cmd"]
 
 EPILOG = """\
 exit codes: 0 ok, 1 error, 2 usage (arguments, job file), 3 input rejected (archive unchanged),
