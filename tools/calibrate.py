@@ -3,18 +3,19 @@
 The advisor's cost model (``storage/cost_model.py``) predicts a time as a sum of counts (bytes a
 Rebuild merge reads, blocks written, sections a probe plans, ...; ``storage/layout_sim.py``)
 times seconds per unit. This module measures those seconds on this machine with ebb's own
-storage code. It builds seven small archives (about 150 MB written in all), each designed so
+storage code. It builds eight small archives (about 400 MB written in all), each designed so
 that some count varies on its own:
 
-1. Rebuild merges of 1000-byte records (one sub-index, 48 MB; small and large batches);
-2. the same with 150-byte records (the per-record part of a merge);
-3. NoRebuild writes of 4-32 MB batches, one half made of already expired records (planning
+1. and 2. Rebuild merges of 1000-byte records, one sub-index of 128 MB and one of 16 MB (the
+   per-byte part of a merge apart from its fixed part), small and 16 MB batches;
+3. the same with 150-byte records (the per-record part of a merge);
+4. NoRebuild writes of 4-32 MB batches, one half made of already expired records (planning
    apart from writing);
-4. the same with blocks an eighth the size (the per-block part of a write);
-5. and 6. a 5x5 doubly partitioned index, Rebuild and NoRebuild, with little data (the
+5. the same with blocks an eighth the size (the per-block part of a write);
+6. and 7. a 5x5 doubly partitioned index, Rebuild and NoRebuild, with little data (the
    per-sub-index and per-file part of an update: NoRebuild touches sub-indices it writes no
    file for);
-7. a NoRebuild index collecting 40 runs (the per-run part of deletions and of probes).
+8. a NoRebuild index collecting 40 runs (the per-run part of deletions and of probes).
 
 It times every update as ``ebb bench`` does (``tools.measure.measure``, page cache warm), then
 probes of random keys and full scans of each archive (a scan's consumer reads one column of every
@@ -79,8 +80,10 @@ class Micro:
 
 
 MICROS = (
-    Micro("Rebuild merges, 1000-byte records", "wave", "rebuild", 16, 1000, 100, 48 * MB,
-          ((200_000, 0.0),) * 4 + ((8 * MB, 0.0),) * 2),
+    Micro("Rebuild merges, 1000-byte records", "wave", "rebuild", 16, 1000, 100, 128 * MB,
+          ((200_000, 0.0),) * 4 + ((16 * MB, 0.0),) * 2),
+    Micro("Rebuild merges, 1000-byte records, smaller", "wave", "rebuild", 16, 1000, 100, 16 * MB,
+          ((200_000, 0.0),) * 4),
     Micro("Rebuild merges, 150-byte records", "wave", "rebuild", 16, 150, 1000, 24 * MB, ((30_000, 0.0),) * 4),
     Micro("NoRebuild writes", "wave", "norebuild", 32, 1000, 100, 1 * MB,
           ((4 * MB, 0.0), (16 * MB, 0.0), (32 * MB, 0.0), (16 * MB, 0.5), (8 * MB, 0.0))),
