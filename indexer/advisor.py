@@ -48,9 +48,10 @@ def check_slots(prof: WorkloadProfile) -> None:
 
 def auto_layout(job: Job) -> Candidate | None:
     """What ``layout = "auto"`` uses: the advisor's recommendation for the job's landed data and
-    ``DEFAULT_MIX`` in the steady state, when a calibration exists (``default_calibration_path``),
-    every source has landed files and S/Delta is within ``MAX_SLOTS``; None otherwise (the
-    update pattern's default then applies)."""
+    ``DEFAULT_MIX`` in the steady state, when a calibration exists (``default_calibration_path``;
+    a damaged one is an error), every source has landed files that give the advisor its
+    statistics, and S/Delta is within ``MAX_SLOTS``; None otherwise (the update pattern's default
+    then applies)."""
     from ..storage.cost_model import rank
     from .workload_profile import job_profile
 
@@ -58,7 +59,10 @@ def auto_layout(job: Job) -> Candidate | None:
     if not os.path.exists(path) or not all(list_files(job.sources[w.source].path) for w in job.query.windows):
         return None
     cal = load_calibration(path)
-    prof = job_profile(job)
+    try:
+        prof = job_profile(job)
+    except UsageError:  # the sample gives no statistics (no results yet, a column it cannot read)
+        return None
     if prof.p > MAX_SLOTS:
         return None
     return rank(prof, cal, DEFAULT_MIX)[0].candidate

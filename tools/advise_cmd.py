@@ -47,7 +47,7 @@ examples:
   ebb advise job.toml --probes-per-update 100 --scans-per-update 0 --top 5
   ebb advise job.toml --sample temperature=archive-of-landed/2026-01
   ebb advise --archive /data/arc --format json
-  ebb advise --workload thesis-small --updates 12 --compare docs/benchmarks/summary-thesis-small.csv
+  ebb advise --workload thesis-small --compare docs/benchmarks/summary-thesis-small.csv
 """
 
 
@@ -64,7 +64,7 @@ def register(sub) -> None:
     p.add_argument("--scans-per-update", type=float, default=1.0, metavar="M", help="full scans expected per update (default 1)")
     p.add_argument("--updates", type=int, metavar="N",
                    help="predict the first N updates after the initial bulk load, as `ebb bench --updates N` measures "
-                        "them (default: the steady state; with --workload, the benchmark's own schedule)")
+                        "them (default: the steady state, or with --compare the compared run's schedule)")
     p.add_argument("--calibration", metavar="FILE", help="the calibration to use (default: $XDG_CONFIG_HOME/ebb/calibration.json)")
     p.add_argument("--top", type=int, default=10, metavar="K", help="show the K best layouts (default 10)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="output format (default: text)")
@@ -147,8 +147,10 @@ def _advise(a) -> int:
         if a.workload not in WORKLOADS:
             raise UsageError(f"unknown workload {a.workload!r}; one of {', '.join(WORKLOADS)}")
         prof = ab.workload_profile(WORKLOADS[a.workload])
-        schedule = (ab.recorded_schedule(a.compare) if a.compare and a.updates is None else None) or \
-            ab.bench_schedule(a.workload, a.updates)
+        if a.updates is not None:
+            schedule = ab.bench_schedule(a.workload, a.updates)
+        elif a.compare:
+            schedule = ab.recorded_schedule(a.compare) or ab.bench_schedule(a.workload)
         if a.compare:
             among = ab.measured_candidates(a.compare, prof.p)
     check_slots(prof)

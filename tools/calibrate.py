@@ -314,17 +314,20 @@ MEANING = {
 
 
 def describe(cal: Calibration) -> str:
-    """The constants in readable units, one per line, with the fit's quality."""
+    """The constants in readable units (a rate for per-byte costs), one per line, with the
+    fit's quality; 0 where a count showed no cost of its own beyond the others'."""
     lines = []
     for part in ("update", "probe", "scan"):
         fit_q = cal.measured.get("fit", {}).get(part, {})
         lines.append(f"{part} ({fit_q.get('points', '?')} timings, median error {100 * fit_q.get('median_rel_error', 0):.0f}%):")
         for name, v in getattr(cal, part).items():
-            if name.endswith("bytes"):
-                value = f"{1 / v / 1e9:8.2f} GB/s" if v else "  (not measurable)"
+            if not v:
+                value = f"{0:8d}   "  # no effect of its own beyond the other terms
+            elif name.endswith("bytes"):
+                value = f"{1 / v / 1e9:8.2f} GB/s"
             elif name == "fixed":
                 value = f"{v * 1e3:8.3f} ms"
             else:
-                value = f"{v * 1e6:8.2f} us" if v else "  (not measurable)"
+                value = f"{v * 1e6:8.2f} us"
             lines.append(f"  {value}  {MEANING[f'{part}.{name}']}")
     return "\n".join(lines)
