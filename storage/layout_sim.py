@@ -69,13 +69,12 @@ class Flow:
 
 @dataclass
 class Trace:
-    """Expected counts per simulated update (arrays of one value per update, in order). Update
+    """Expected counts per recorded update (arrays of one value per update, in order). Update
     counts follow ``UPDATE_FEATURES``, reads after the update ``PROBE_FEATURES`` and
     ``SCAN_FEATURES``; ``rewrite_spread`` holds, at a few updates, sqrt(sum over insertion slots
     k of R_k^2), R_k the records of slot k a Rebuild update reads and rewrites (the rate's
     variation enters through it; 0 for NoRebuild)."""
 
-    slots: np.ndarray
     update: dict[str, np.ndarray]
     probe: dict[str, np.ndarray]
     scan: dict[str, np.ndarray]
@@ -181,8 +180,7 @@ def simulate(layout: Layout, mode: str, flow: Flow, block_bytes: int, *, bulk: b
     live_bytes = size[rec].sum(axis=1) * rb + live_blocks * flow.block_overhead
     scn = {"fixed": np.ones(steps), "blocks": live_blocks, "bytes": live_bytes,
            "tasks": live_runs + live_bytes / SCAN_TASK_BYTES}
-    return Trace(np.arange(warmup + 1, total + 1), upd, prb, scn, np.array(spread or [0.0]), live_bytes, live_blocks,
-                 live_runs)
+    return Trace(upd, prb, scn, np.array(spread or [0.0]), live_bytes, live_blocks, live_runs)
 
 
 def _rebuild(flow: Flow, rows_per_block: float, k: np.ndarray, sub: np.ndarray, vol: np.ndarray, size: np.ndarray,
