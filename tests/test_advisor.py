@@ -2,9 +2,10 @@
 benchmark, the structure of its cost model, the counts it predicts against the engine's own, the
 statistics it derives from samples, calibration, `layout = "auto"`, and the `ebb advise` CLI.
 
-Nothing here runs a benchmark: the validation uses the recorded summary
-(docs/benchmarks/summary-thesis-small.csv, with the run's schedule in plan-thesis-small.json)
-and the recorded calibration tests/data/advisor-calibration.json.
+Nothing here runs a benchmark: the validation uses the recorded summary of the thesis-small run
+on commit 7c09555 (tests/data/bench-7c09555/summary-thesis-small.csv, with the run's schedule in
+plan-thesis-small.json: copies of what docs/benchmarks held then, so that re-running the
+benchmark does not move this test) and the recorded calibration tests/data/advisor-calibration.json.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ebb.tools.advisor_bench import (compare, measured_candidates, recorded_sche
 from ebb.tools.workloads import WORKLOADS, Workload
 
 ROOT = Path(__file__).resolve().parents[1]
-SUMMARY = ROOT / "docs" / "benchmarks" / "summary-thesis-small.csv"
+SUMMARY = ROOT / "tests" / "data" / "bench-7c09555" / "summary-thesis-small.csv"
 CALIBRATION = ROOT / "tests" / "data" / "advisor-calibration.json"
 MIX = Mix(probes=10, scans=1)
 
