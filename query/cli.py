@@ -151,7 +151,9 @@ def _parser() -> argparse.ArgumentParser:
             "if the kind of layout stays, else take `ebb init`'s defaults.\n\n"
             "By default nothing is copied: from the next update on, records go only to the new layout; the old "
             "one is drained (each update drops its runs once every record in them has expired), so it is gone "
-            "within S, having cost no I/O. Reads cover both meanwhile and never return a record twice. "
+            "within S, having cost no I/O, only disk space: its expired records stay until their run goes (an old "
+            "Rebuild layout holds them until its last record expires). Reads cover both meanwhile and never return "
+            "a record twice. "
             "--copy instead rewrites every live record into the new layout at once (reads and writes all live "
             "data, and holds it in memory). `ebb stats` shows what is still draining and the migration log.")
     c.add_argument("path", help="archive directory")
