@@ -120,9 +120,9 @@ def _answers(path, t):
 
 
 @pytest.mark.parametrize("point,copy", [
-    ("migrate.runs_written", False), ("migrate.before_commit", False), ("migrate.after_commit", False),
-    ("run.block_written:3", True), ("migrate.runs_written", True), ("migrate.before_commit", True),
-    ("migrate.after_commit", True), ("gc.file_removed", True),
+    ("migrate.before_commit", False), ("migrate.after_commit", False),
+    ("run.block_written:3", True), ("migrate.runs_written", True), ("migrate.after_commit", True),
+    ("gc.file_removed", True),
 ])
 def test_killed_migration(tmp_path, point, copy):
     rng = np.random.default_rng(5)

@@ -108,7 +108,7 @@ def update_and_check(arc, oracle, rng, schema, sc, j, mult, probes) -> int:
     return T
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=90, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_random_schedules_match_oracle(sc):
     with tempfile.TemporaryDirectory() as d:

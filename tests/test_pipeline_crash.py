@@ -1,16 +1,15 @@
-"""Exactly-once across crashes: a real `ebb run` is killed (SIGKILL) at several points — while
-Spark computes, after a tick's results are validated, just before and just after the commit —
-and re-run. Every tick is committed exactly once and the final archive equals an undisturbed
-run's."""
+"""Exactly-once across crashes: a real `ebb run` is killed (SIGKILL) at several points — after a
+tick's results are validated, just before and just after the commit — and re-run. Every tick is
+committed exactly once and the final archive equals an undisturbed run's. (A kill while Spark
+computes leaves what a kill after validation leaves: nothing written; tests/test_executor_load.py
+kills the driver at the executor path's points.) Also: a running scheduler migrated between ticks."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -58,15 +57,12 @@ def write_job(tmp_path, name, landing):
     return p
 
 
-def run_cli(job_path, crash=None, kill_after=None):
+def run_cli(job_path, crash=None):
     env = dict(os.environ)
     if crash:
         env["EBB_CRASH_AT"] = crash
     proc = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "run", str(job_path), "--until", str(T_END)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if kill_after is not None:
-        time.sleep(kill_after)
-        proc.send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=300)
     return proc.returncode, out, err
 
@@ -100,20 +96,17 @@ def test_killed_runs_commit_every_tick_exactly_once(landed, tmp_path):
     landing, expected = landed
     job = write_job(tmp_path, "crashy", landing)
     path = tmp_path / "crashy"
-    scenarios = [("update.before_commit:2", None), ("update.after_commit:2", None), ("update.validated:1", None),
-                 (None, 25.0)]
+    scenarios = ["update.before_commit:2", "update.after_commit:2", "update.validated:1"]
     done_before = 0
-    for crash, kill_after in scenarios:
-        rc, out, err = run_cli(job, crash, kill_after)
-        if rc == 0:  # the timed kill came after the run finished: nothing left to test with it
-            break
+    for crash in scenarios:
+        rc, out, err = run_cli(job, crash)
         assert rc == -9, (crash, rc, err[-2000:])
         slots, prog = committed(path)
         assert slots == list(range(len(slots))), slots  # in order, none twice
         assert prog.get("last_slot", -1) == len(slots) - 1  # progress committed with the data
-        if crash and crash.startswith("update.after_commit"):
+        if crash.startswith("update.after_commit"):
             assert len(slots) == done_before + 2  # the second tick of this run was committed
-        elif crash:
+        else:
             assert len(slots) == done_before + int(crash.split(":")[1]) - 1
         done_before = len(slots)
         v = ebb("verify", path)
