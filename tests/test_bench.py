@@ -224,13 +224,21 @@ def test_plan_schedule():
     assert p.ops_per_config() == 1 + 12 + 12 + 6 + 2 + 2
 
 
+# every technique (wave R/D x ins/exp; doubly Rebuild/NoRebuild x round-robin/chronological/random),
+# Figure 4.4's 4x4/2x8/8x2 and every peer: the quick workload's default set less its repeats
+QUICK_CONFIGS = ["R-ins4", "R-exp9", "D-ins9", "D-exp4", "Rebuild2x2", "Rebuild4x4", "Rebuild2x8", "Rebuild8x2",
+                 "NoRebuild3x3", "Rebuild2x2-chr", "NoRebuild3x3-chr", "Rebuild2x2-rand", "NoRebuild2x2-rand",
+                 "sqlite", "duckdb", "lmdb", "rocksdb", "parquet"]
+
+
 def test_bench_quick_end_to_end(tmp_path):
     out = tmp_path / "quick"
-    proc = subprocess.run([sys.executable, "-m", "ebb.query.cli", "bench", "quick", "--out", str(out), "--no-progress"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "ebb.query.cli", "bench", "quick", "--out", str(out), "--no-progress",
+                           "--configs", ",".join(QUICK_CONFIGS)], capture_output=True, text=True, timeout=600)
     logs = "".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in out.glob("failed-*.log"))
     assert proc.returncode == 0, proc.stderr[-3000:] + logs
-    names = configs.default_configs("quick")
+    names = QUICK_CONFIGS
+    assert set(names) <= set(configs.default_configs("quick"))
     summary = pd.read_csv(out / "summary.csv")
     assert sorted(summary.config) == sorted(names)
     assert summary.correct.all(), summary[~summary.correct][["config"]]

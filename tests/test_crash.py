@@ -554,7 +554,7 @@ def test_concurrent_reader_in_process_updates(tmp_path, mode):
 @pytest.mark.parametrize("mode", [R, N])
 def test_concurrent_reader_cli_updates(tmp_path, mode):
     """Updates by ``ebb load`` processes, some of them killed mid-update and retried."""
-    _run_with_reader(tmp_path, mode, _crashing_update_by_cli(mode), updates=20)
+    _run_with_reader(tmp_path, mode, _crashing_update_by_cli(mode), updates=12)
 
 
 @pytest.mark.parametrize("mode", [R, N])

@@ -88,7 +88,8 @@ def test_executors_give_the_single_process_answers_at_every_tick(spark, tmp_path
     landing = _landing(tmp_path, rate=300)
     single = Scheduler(load_job(str(_job(tmp_path, "single", landing, mode))), say=lambda m: None)
     parted = Scheduler(load_job(str(_job(tmp_path, "parted", landing, mode, tmp_path / "shared"))),
-                       say=lambda m: None, load_on="executors", part_bytes=4000)
+                       say=lambda m: None, load_on="executors", part_bytes=12000)
+    parts = []
     with single, parted:
         for _ in range(TICKS):
             want = _next_tick(single)
@@ -98,6 +99,8 @@ def test_executors_give_the_single_process_answers_at_every_tick(spark, tmp_path
             for k in ("input_rows", "inserted", "deleted", "dropped_expired"):
                 assert rec[k] == want[k], k
             assert rec["parts"] >= 1 and rec["tasks_seconds"] > 0
+            parts.append(rec["parts"])
+        assert max(parts) > 1, parts  # a tick was cut into several parts
         assert os.listdir(tmp_path / "shared")  # the runs live in data_dir, the metadata in path
         if mode == "rebuild":  # several tasks wrote one sub-index: disjoint key-range runs
             assert max(len(s.runs) for s in parted.archive.state().subindices) > 1

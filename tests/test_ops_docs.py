@@ -1,8 +1,8 @@
 """Every job example in the documentation is checked by `ebb explain` with Spark analysing it over
 real landed files, and the first one runs for a few ticks, so none can rot. Also: explain's
 Spark-side checks, quiet Spark, and the one-line error of a landed file that changed. The CLI
-runs as a subprocess, except for explain's Spark-side checks, which run in this process on the
-tests' Spark session (the CLI reuses it; one JVM start per case was half a minute)."""
+runs as a subprocess; explain's Spark-side checks run once that way and, case by case, in this
+process on the tests' Spark session (the CLI reuses it; a JVM start per case was half a minute)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,16 @@ def test_explain_analyses_the_query_with_spark(spark, landed, capsys, old, new, 
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("ebb: error: "), lines
     assert words in lines[0], lines[0]
+
+
+def test_explain_error_is_one_line_from_the_cli(landed):
+    """One of the cases above through a real `ebb explain` process: exit 2, one line, no JVM noise."""
+    d, text = landed
+    (d / "job.toml").write_text(text.replace('select = ["sensor", "value"]', 'select = ["sensor", "nosuch + 1"]'))
+    r = ebb("explain", d / "job.toml")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("ebb: error: "), r.stderr
+    assert "Spark cannot run it: [UNRESOLVED_COLUMN" in lines[0]
 
 
 def test_a_landed_file_that_changed_is_one_error_line(spark, landed, tmp_path):
