@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
 
     c = cmd("init", "create an empty archive",
-            "Create an empty archive. The layout, time model and columns are fixed for its life; the "
+            "Create an empty archive. The time model and columns are fixed for its life (the layout can "
+            "change later, with `ebb migrate`); the "
             "record schema is fixed by the first load.\n\n"
             "Time is an integer count of chronons. A record is valid at t iff ts <= t < exp. Updates run "
             "at tau + j*Delta; S bounds lifetimes and is rounded up to a multiple of Delta.")

@@ -1,4 +1,4 @@
-"""An archive's configuration: what ``ebb init`` fixes for the archive's life, built and checked here.
+"""An archive's configuration: what ``ebb init`` sets (``migrate`` may change the layout), built and checked here.
 
 ``build_config`` is the one place that turns user settings into an ``ArchiveConfig``: it applies
 the defaults, rounds S up to a multiple of Delta (docs/spec.md section 1) and refuses settings
@@ -25,7 +25,8 @@ RESERVED_PREFIX = "__ebb"
 
 @dataclass(frozen=True)
 class ArchiveConfig:
-    """What ``ebb init`` fixes for the life of an archive. Build it with ``build_config``."""
+    """What ``ebb init`` sets: the time model and columns for the archive's life, the layout
+    until ``migrate`` changes it. Build it with ``build_config``."""
 
     layout: str  # "doubly" | "wave"
     partitioning: str  # doubly: round-robin | chronological | random
