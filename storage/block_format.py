@@ -15,7 +15,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from .checksum import block_checksum
+from .checksum import block_checksum, page_sums
 from .errors import CorruptionError
 
 INS_SLOT = "__ebb_ins"
@@ -56,12 +56,14 @@ class EncodedBlock:
     checksum: int
     first_key: object
     last_key: object
+    sums: np.ndarray  # uint32 sum of each page of ``page_bytes``
 
 
-def encode_blocks(table: pa.Table, key: str, ts: str, exp: str, block_bytes: int,
+def encode_blocks(table: pa.Table, key: str, ts: str, exp: str, block_bytes: int, page_bytes: int,
                   slots: np.ndarray | None = None) -> Iterator[EncodedBlock]:
     """Cuts ``table`` (physical schema, sorted by (slot, key, exp)) into blocks of about
-    ``block_bytes``; a block never spans two values of ``slots`` (None: one section, slot -1)."""
+    ``block_bytes``, with the sums of their pages of ``page_bytes``; a block never spans two
+    values of ``slots`` (None: one section, slot -1)."""
     if table.num_rows == 0:
         return
     sizes = row_sizes(table)
@@ -89,7 +91,7 @@ def encode_blocks(table: pa.Table, key: str, ts: str, exp: str, block_bytes: int
         for b, (a, e) in enumerate(zip(cut.tolist(), ends.tolist())):
             data = batch.slice(a, e - a).serialize()
             yield EncodedBlock(data, e - a, int(mins[b]), int(maxs[b]), int(max_ts[b]), int(sl[a]),
-                               block_checksum(data), firsts[b], lasts[b])
+                               block_checksum(data), firsts[b], lasts[b], page_sums(data, page_bytes))
         base += m
 
 

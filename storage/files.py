@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fcntl
+import mmap
 import os
 import re
 import secrets
@@ -185,14 +186,38 @@ def read_exact(fd: int, offset: int, length: int, what: str) -> pa.Buffer:
 class ReadSource:
     """Reads of one run file into fresh buffers (``pread``). Opened for sequential reads
     (scans, merges, verification) the kernel reads ahead; for probes read-ahead is off
-    (POSIX_FADV_RANDOM), so a probe reads exactly its blocks. (Memory maps were measured
-    slower here: faulting pages one by one costs more than copying them.)"""
+    (POSIX_FADV_RANDOM), so a probe reads exactly its blocks. Whole-block reads go through
+    here: a memory map faults pages one by one, which costs more than copying them; only keyed
+    reads that touch a few pages of a block map it (``MappedSource``)."""
 
     def __init__(self, fd: int):
         self.fd = fd
 
     def read(self, offset: int, length: int, what: str) -> pa.Buffer:
         return read_exact(self.fd, offset, length, what)
+
+
+class MappedSource:
+    """A run file memory-mapped for keyed reads, with read-ahead off (MADV_RANDOM), so that a
+    probe faults in (and on a cold cache reads) only the pages it touches. The map stays valid
+    while any view of it lives, even after the file is deleted or the source dropped."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd, self.size = fd, size
+        if size:
+            m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            m.madvise(mmap.MADV_RANDOM)
+            self._map = pa.py_buffer(m)
+        else:
+            self._map = pa.py_buffer(b"")
+
+    def view(self, offset: int, length: int, what: str) -> pa.Buffer:
+        """Bytes [offset, offset + length) of the file, zero-copy; CorruptionError if the file
+        is shorter (checked against the file as it is now: touching a page past its end would
+        kill the process)."""
+        if offset + length > min(self.size, os.fstat(self.fd).st_size):
+            raise CorruptionError(f"{what}: file ends before byte {offset + length}, its descriptor needs it")
+        return self._map.slice(offset, length)
 
 
 class OpenFiles:
@@ -202,11 +227,18 @@ class OpenFiles:
     def __init__(self, data_dir: str, limit: int = 512):
         self.data_dir = data_dir
         self.limit = limit
-        self._open: OrderedDict[tuple[str, bool], ReadSource] = OrderedDict()
+        self._open: OrderedDict[tuple[str, str], ReadSource | MappedSource] = OrderedDict()
 
     def source(self, name: str, sequential: bool) -> ReadSource:
-        """Run file ``name``, advised for sequential reads or for probes."""
-        key = (name, sequential)
+        """Run file ``name`` for ``pread``s, advised for sequential reads or for probes."""
+        return self._get(name, "seq" if sequential else "random")
+
+    def mapped(self, name: str) -> MappedSource:
+        """Run file ``name`` memory-mapped for keyed reads."""
+        return self._get(name, "map")
+
+    def _get(self, name: str, how: str):
+        key = (name, how)
         src = self._open.get(key)
         if src is not None:
             self._open.move_to_end(key)
@@ -215,8 +247,16 @@ class OpenFiles:
             fd = os.open(os.path.join(self.data_dir, name), os.O_RDONLY)
         except FileNotFoundError:
             raise CorruptionError(f"data file {name} is missing") from None
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL if sequential else os.POSIX_FADV_RANDOM)
-        src = self._open[key] = ReadSource(fd)
+        try:
+            if how == "map":
+                src = MappedSource(fd, os.fstat(fd).st_size)
+            else:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL if how == "seq" else os.POSIX_FADV_RANDOM)
+                src = ReadSource(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._open[key] = src
         while len(self._open) > self.limit:
             os.close(self._open.popitem(last=False)[1].fd)
         return src

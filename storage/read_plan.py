@@ -51,6 +51,9 @@ class ReadTask:
     as_of: int  # return records with ts <= as_of < exp
     key_ranges: tuple = ()  # ((lo, hi), ...) keys to keep; () keeps every key (a scan)
     draining: int = 0  # 0: the current layout; k: the k-th layout being drained after a migration
+    # keyed tasks: per block, its page sums (uint32) to read it in place checking only the pages
+    # used, or b"" to read it whole (every row asked for, or a run written without page sums)
+    page_sums: tuple[bytes, ...] = ()
 
     @property
     def where(self) -> str:
@@ -91,13 +94,20 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                 idx = desc.key_blocks(*ranges[0], run.first_live)
                 if len(ranges) > 1:
                     idx = sorted(set(idx).union(*(desc.key_blocks(lo, hi, run.first_live) for lo, hi in ranges[1:])))
-                blocks = [desc.entries[b] for b in idx if desc.entries[b].max_exp > as_of]
-                if blocks:
-                    tasks.append(ReadTask(i, run.name, tuple(blocks), as_of, ranges, layout))
+                idx = [b for b in idx if desc.entry(b).max_exp > as_of]
+                if idx:
+                    sums = tuple(b"" if _inside(desc, b, ranges) else desc.block_sums(b) for b in idx)
+                    tasks.append(ReadTask(i, run.name, tuple(desc.entry(b) for b in idx), as_of, ranges, layout, sums))
             else:
                 blocks = [e for e in desc.entries[run.first_live:] if e.max_exp > as_of]
                 tasks += [ReadTask(i, run.name, part, as_of, (), layout) for part in _split(blocks, SCAN_TASK_BYTES)]
     return tasks
+
+
+def _inside(desc: RunDescriptor, b: int, ranges: tuple) -> bool:
+    """Whether every key of block ``b`` lies in one of ``ranges``."""
+    first, last = desc.first_keys[b], desc.last_keys[b]
+    return any((lo is None or lo <= first) and (hi is None or last <= hi) for lo, hi in ranges)
 
 
 def _split(blocks: list[BlockEntry], limit: int) -> list[tuple[BlockEntry, ...]]:

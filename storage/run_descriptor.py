@@ -2,7 +2,9 @@
 
 A run file is a sequence of blocks (``block_format``). Its descriptor has one entry per block:
 byte offset and length, row count, exp range, largest ts, expiration slot (NoRebuild sections;
--1 in Rebuild runs), checksum, and the first and last key. Blocks are grouped in *sections* of
+-1 in Rebuild runs), checksum, and the first and last key. It also holds a 32-bit page sum of
+every PAGE_BYTES page of every block, so that a probe can check just the pages it reads
+(``page_check``) instead of a whole block. Blocks are grouped in *sections* of
 equal ``slot``, in ascending slot order; inside a section records are sorted by (key, exp), so
 a key's records are one contiguous stretch of each section.
 
@@ -16,17 +18,20 @@ import bisect
 import json
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
 
 from .checksum import seal, unseal
+from .errors import CorruptionError
 
 BLOCK = np.dtype([
     ("offset", "<u8"), ("length", "<u4"), ("rows", "<u4"), ("min_exp", "<i8"), ("max_exp", "<i8"),
     ("max_ts", "<i8"), ("slot", "<i8"), ("checksum", "<u8"),
 ])
 _TAG = b"RUN2"
+PAGE_BYTES = 4096  # the unit of a probe's reads and checks inside a block
 
 
 class BlockEntry(NamedTuple):
@@ -56,14 +61,32 @@ class RunDescriptor:
     blocks: np.ndarray  # BLOCK entries in file order
     first_keys: list  # per block (int or str)
     last_keys: list
+    sums: np.ndarray | None = None  # uint32 page sums of every block, in order (None: written without)
     section_bounds: list[int] = field(init=False)  # first block of each section, then len(blocks)
-    entries: list[BlockEntry] = field(init=False)  # ``blocks`` as plain tuples, for the read paths
+    page_start: np.ndarray = field(init=False)  # index in ``sums`` of each block's first page, then the total
 
     def __post_init__(self) -> None:
         slot = self.blocks["slot"]
         starts = np.flatnonzero(np.diff(slot)) + 1 if slot.size > 1 else np.zeros(0, np.int64)
         self.section_bounds = [0, *starts.tolist(), int(slot.size)] if slot.size else [0]
-        self.entries = BlockEntry.all(self.blocks)
+        pages = (self.blocks["length"].astype(np.int64) + PAGE_BYTES - 1) // PAGE_BYTES
+        self.page_start = np.concatenate([[0], np.cumsum(pages)])
+
+    @cached_property
+    def entries(self) -> list[BlockEntry]:
+        """``blocks`` as plain tuples, for the read paths (built on first use: a probe needs few)."""
+        return BlockEntry.all(self.blocks)
+
+    def entry(self, b: int) -> BlockEntry:
+        """Block ``b`` as a plain tuple."""
+        cached = self.__dict__.get("entries")
+        return cached[b] if cached is not None else BlockEntry._make(self.blocks[b].tolist())
+
+    def block_sums(self, b: int) -> bytes:
+        """The page sums of block ``b`` (b"" if this run was written without them)."""
+        if self.sums is None:
+            return b""
+        return self.sums[self.page_start[b]:self.page_start[b + 1]].tobytes()
 
     @property
     def file_bytes(self) -> int:
@@ -92,13 +115,18 @@ class RunDescriptor:
     # -- storage ------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         int_keys = all(isinstance(k, int) for k in self.first_keys)
-        head = json.dumps({"name": self.name, "subindex": self.subindex, "n": int(self.blocks.size),
-                           "keys": "int" if int_keys else "str"}).encode()
+        meta = {"name": self.name, "subindex": self.subindex, "n": int(self.blocks.size),
+                "keys": "int" if int_keys else "str"}
+        if self.sums is not None:
+            meta["page"] = PAGE_BYTES
+        head = json.dumps(meta).encode()
         if int_keys:
             keys = np.array(self.first_keys + self.last_keys, dtype="<i8").tobytes()
         else:
             keys = json.dumps([self.first_keys, self.last_keys]).encode()
-        body = _LEN.pack(len(head)) + head + np.ascontiguousarray(self.blocks, BLOCK).tobytes() + keys
+        sums = b"" if self.sums is None else np.ascontiguousarray(self.sums, "<u4").tobytes()
+        # the page sums go last, so that ebb versions from before them read the rest unchanged
+        body = _LEN.pack(len(head)) + head + np.ascontiguousarray(self.blocks, BLOCK).tobytes() + keys + sums
         return seal(_TAG, self.key(self.name), body)
 
     @staticmethod
@@ -116,9 +144,16 @@ class RunDescriptor:
         pos = 4 + hl
         blocks = np.frombuffer(body, BLOCK, n, pos).copy()
         pos += n * BLOCK.itemsize
+        sums, end = None, len(body)
+        if "page" in head:
+            if head["page"] != PAGE_BYTES:
+                raise CorruptionError(f"{what}: run {name} has pages of {head['page']} bytes, this ebb reads {PAGE_BYTES}")
+            count = int(((blocks["length"].astype(np.int64) + PAGE_BYTES - 1) // PAGE_BYTES).sum())
+            end -= 4 * count
+            sums = np.frombuffer(body, "<u4", count, end).copy()
         if head["keys"] == "int":
             keys = np.frombuffer(body, "<i8", 2 * n, pos).tolist()
             first, last = keys[:n], keys[n:]
         else:
-            first, last = json.loads(bytes(body[pos:]))
-        return RunDescriptor(head["name"], head["subindex"], blocks, first, last)
+            first, last = json.loads(bytes(body[pos:end]))
+        return RunDescriptor(head["name"], head["subindex"], blocks, first, last, sums)

@@ -17,7 +17,7 @@ import pyarrow as pa
 from . import files
 from .block_format import encode_blocks
 from .faults import crash_point
-from .run_descriptor import BLOCK, RunDescriptor
+from .run_descriptor import BLOCK, PAGE_BYTES, RunDescriptor
 
 
 class RunWriter:
@@ -32,15 +32,17 @@ class RunWriter:
         self._entries: list[tuple] = []
         self._first: list = []
         self._last: list = []
+        self._sums: list[np.ndarray] = []
 
     def add(self, table: pa.Table, slots: np.ndarray | None = None) -> None:
         """Appends records sorted by (slot, key, exp), continuing the order of earlier calls."""
         key, ts, exp = self._cols
-        for blk in encode_blocks(table, key, ts, exp, self._block_bytes, slots):
+        for blk in encode_blocks(table, key, ts, exp, self._block_bytes, PAGE_BYTES, slots):
             self._entries.append((self._file.size, blk.data.size, blk.rows, blk.min_exp, blk.max_exp,
                                   blk.max_ts, blk.slot, blk.checksum))
             self._first.append(blk.first_key)
             self._last.append(blk.last_key)
+            self._sums.append(blk.sums)
             self._file.write(blk.data)
             crash_point("run.block_written")
 
@@ -51,7 +53,8 @@ class RunWriter:
         if sync:
             files.FS.sync_files([self.path])
         blocks = np.array(self._entries, dtype=BLOCK) if self._entries else np.zeros(0, BLOCK)
-        return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last)
+        sums = np.concatenate(self._sums) if self._sums else np.zeros(0, np.uint32)
+        return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last, sums)
 
     def close(self) -> None:
         self._file.close()

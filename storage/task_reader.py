@@ -1,9 +1,11 @@
 """Executes a ReadTask: reads its blocks, checks them, and yields the records it asks for.
 
-I/O follows the access pattern: keyed tasks (probes, key ranges) read exactly their blocks with
-read-ahead off; scans read runs of adjacent blocks in large sequential requests. Every block's
-checksum is checked before it is decoded, and decoded columns are views of the bytes read, so
-the only copies are the reads themselves and the filter of rows that are not asked for.
+I/O follows the access pattern. Keyed tasks (probes, key ranges) decode their blocks in place in
+a memory map with read-ahead off and touch only the pages of the metadata, the key column and the
+rows asked for, each checked by its page sum (``page_check``). Scans read runs of adjacent blocks
+in large sequential requests, and check each block's checksum before decoding it. Decoded columns
+are views of the bytes read or mapped, so the only copies are the reads themselves and the filter
+of rows that are not valid at ``as_of``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import pyarrow as pa
 
 from .arrow_np import to_np
 from .block_format import decode_block
+from .errors import CorruptionError
 from .files import OpenFiles
+from .page_check import decode_in_place, in_range, key_rows
 from .read_plan import ReadTask
 from .run_descriptor import BlockEntry
 
@@ -35,14 +39,20 @@ def spans(entries: Sequence[BlockEntry], limit: int = SPAN_BYTES) -> list[tuple[
     return out
 
 
-def read_blocks(source, entries: Sequence[BlockEntry], schema: pa.Schema, what: str) -> Iterator[tuple[BlockEntry, pa.RecordBatch]]:
-    """(entry, records) of each block of a run file (a ``files.OpenFiles`` source), checked,
-    in file order. Adjacent blocks are read together, up to SPAN_BYTES at a time."""
+def read_block_bytes(source, entries: Sequence[BlockEntry], what: str) -> Iterator[tuple[BlockEntry, pa.Buffer]]:
+    """(entry, bytes) of each block of a run file (a ``files.OpenFiles`` source), in file order,
+    not yet checked. Adjacent blocks are read together, up to SPAN_BYTES at a time."""
     for a, b in spans(entries):
         start, last = entries[a].offset, entries[b - 1]
         buf = source.read(start, last.offset + last.length - start, what)
         for e in entries[a:b]:
-            yield e, decode_block(buf.slice(e.offset - start, e.length), schema, e.offset, e.rows, e.checksum, what)
+            yield e, buf.slice(e.offset - start, e.length)
+
+
+def read_blocks(source, entries: Sequence[BlockEntry], schema: pa.Schema, what: str) -> Iterator[tuple[BlockEntry, pa.RecordBatch]]:
+    """(entry, records) of each block of a run file, checked, in file order."""
+    for e, data in read_block_bytes(source, entries, what):
+        yield e, decode_block(data, schema, e.offset, e.rows, e.checksum, what)
 
 
 def execute(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, ts: str, exp: str,
@@ -50,17 +60,49 @@ def execute(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, ts: s
     """The records of ``task`` valid at its ``as_of`` (and in its key ranges), as batches of the
     archive schema; ``schema`` is the physical (stored) schema. CorruptionError naming ``what``
     if a block is damaged."""
-    source = files.source(task.file, sequential=not task.keyed)
     visible = list(range(len(schema) - 1))  # every column but the hidden insertion slot
+    where = f"{what}, run {task.file}"
+    if task.keyed:
+        blocks = _keyed(task, files, schema, key, where)
+    else:
+        blocks = read_blocks(files.source(task.file, sequential=True), task.blocks, schema, where)
     t = task.as_of
-    for e, batch in read_blocks(source, task.blocks, schema, f"{what}, run {task.file}"):
-        if task.keyed:
-            batch = _keys(batch, key, task.key_ranges)
+    for e, batch in blocks:
         if e.min_exp <= t or e.max_ts > t:  # some records of the block are not valid at t
             import pyarrow.compute as pc  # only when needed: a one-shot probe of valid blocks never is
             batch = batch.filter(pc.and_(pc.less_equal(batch.column(ts), t), pc.greater(batch.column(exp), t)))
         if batch.num_rows:
             yield batch.select(visible)
+
+
+def _keyed(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, where: str) -> Iterator[tuple[BlockEntry, pa.RecordBatch]]:
+    """(entry, rows asked for) of each block of a keyed task, in order. Blocks with page sums
+    are decoded in the run file's memory map, checking (and on a cold cache reading) only the
+    pages used; the others (wholly asked for) are read and checked whole."""
+    sums = task.page_sums or (b"",) * len(task.blocks)
+    whole: list[BlockEntry] = []
+    for i, e in enumerate(task.blocks):
+        if not sums[i]:
+            whole.append(e)
+            if i + 1 < len(sums) and not sums[i + 1]:
+                continue
+            for entry, batch in read_blocks(files.source(task.file, sequential=False), whole, schema, where):
+                yield entry, _keys(batch, key, task.key_ranges)
+            whole = []
+            continue
+        block = f"{where}, block at byte {e.offset}"
+        batch, check = decode_in_place(files.mapped(task.file).view(e.offset, e.length, block),
+                                       np.frombuffer(sums[i], "<u4"), schema, block)
+        if batch.num_rows != e.rows:
+            raise CorruptionError(f"{block} holds {batch.num_rows} rows, its descriptor says {e.rows}")
+        columns = batch.columns
+        rows = key_rows(batch, check, key, task.key_ranges)
+        if 4 * sum(b - a for a, b in rows) > e.rows:  # most pages will be used: one hash is cheaper
+            check.whole(e.checksum)
+        for a, b in rows:
+            for c in range(len(columns) - 1):  # every column but the hidden insertion slot
+                check.rows(columns[c], a, b)
+            yield e, batch.slice(a, b - a)
 
 
 def _keys(batch: pa.RecordBatch, key: str, ranges: tuple) -> pa.RecordBatch:
@@ -78,10 +120,5 @@ def _keys(batch: pa.RecordBatch, key: str, ranges: tuple) -> pa.RecordBatch:
         return batch.filter(pc.is_in(col, value_set=pa.array([lo for lo, _ in ranges], col.type)))
     mask = pa.array(np.zeros(len(col), bool))
     for lo, hi in ranges:
-        m = pa.array(np.ones(len(col), bool))
-        if lo is not None:
-            m = pc.and_(m, pc.greater_equal(col, lo))
-        if hi is not None:
-            m = pc.and_(m, pc.less_equal(col, hi))
-        mask = pc.or_(mask, m)
+        mask = pc.or_(mask, in_range(col, lo, hi))
     return batch.filter(mask)

@@ -80,6 +80,9 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
         for path in created:  # files of an update that will not commit
             files.FS.remove(path)
         raise
+    for ch in changes:  # committed: readers in this process find the new runs' descriptors cached
+        for desc in ch.new_runs:
+            archive._descriptors.put(desc.name, desc)
     crash_point("update.after_commit")
     return record
 

@@ -2,7 +2,7 @@
 
 For every sub-index (of the current layout and of any layout being drained after a migration)
 and each of its live runs: the descriptor (sealed in the metadata) and its block entries; every
-live block's checksum, row count, exp range, largest ts, first and last key; records sorted by
+live block's checksum and page sums, row count, exp range, largest ts, first and last key; records sorted by
 (key, exp) within each section; NoRebuild sections holding exactly their expiration slot; no
 record expired as of the last update (except in draining layouts, where records expire in
 place) or from the future; every record in the sub-index docs/spec.md section 3 assigns it
@@ -18,12 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .block_format import INS_SLOT, physical_schema
+from .block_format import INS_SLOT, decode_block, physical_schema
+from .checksum import page_sums
 from .config import ArchiveConfig
 from .errors import CorruptionError, EbbError
 from .files import parse_run_file
 from .manifest import LiveRun, check_all, read_garbage
-from .task_reader import read_blocks
+from .run_descriptor import PAGE_BYTES
+from .task_reader import read_block_bytes
 
 
 def verify(archive) -> tuple[list[str], list[str]]:
@@ -109,13 +111,17 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
     prev = None  # (slot, last key, last exp) of the previous block
     source = archive.open_files.source(run.name, sequential=True)
     index = {int(o): b for b, o in enumerate(desc.blocks["offset"])}
-    for e, batch in read_blocks(source, blocks, physical_schema(snap.schema), name):
+    phys = physical_schema(snap.schema)
+    for e, data in read_block_bytes(source, blocks, name):
+        batch = decode_block(data, phys, e.offset, e.rows, e.checksum, name)
+        b = index[e.offset]
+        if desc.sums is not None and not np.array_equal(page_sums(data, PAGE_BYTES), desc.sums[desc.page_start[b]:desc.page_start[b + 1]]):
+            out.append(f"{name}, block at byte {e.offset}: page sums differ from the descriptor's")
         k = batch.column(key)
         ev, tv = batch.column(exp).to_numpy(), batch.column(ts).to_numpy()
         ins = batch.column(INS_SLOT).to_numpy()
         where = f"{name}, block at byte {e.offset}"
         first, last = k[0].as_py(), k[-1].as_py()
-        b = index[e.offset]
         if (first, last) != (desc.first_keys[b], desc.last_keys[b]):
             out.append(f"{where}: first/last key differ from the descriptor's")
         if (int(ev.min()), int(ev.max()), int(tv.max())) != (e.min_exp, e.max_exp, e.max_ts):

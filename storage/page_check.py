@@ -1,0 +1,124 @@
+"""Keyed reads of a block that touch, and check, only the pages holding the asked-for rows.
+
+A probe wants a few rows of a block of a few hundred KiB. Instead of reading and hashing the
+whole block, it decodes the block in place (a zero-copy view of the run file's memory map, see
+``files.MappedSource``) and checks the page sums (``checksum.page_sum``) of exactly the pages it
+is about to use: the IPC metadata first, then the whole key column, then, for the rows whose key
+was asked for, the same rows of every column it returns. No byte is used before its page is
+checked, so a damaged page is a CorruptionError, never a wrong row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .arrow_np import to_np
+from .checksum import block_checksum, page_sum
+from .errors import CorruptionError
+from .run_descriptor import PAGE_BYTES
+
+_IPC_PREFIX = 8  # continuation marker and metadata length, before the flatbuffer metadata
+
+
+class PageCheck:
+    """The page sums of one block, checked on demand (each page once)."""
+
+    def __init__(self, view: pa.Buffer, sums: np.ndarray, where: str):
+        self.view, self.where = view, where
+        self._mv = memoryview(view)  # slicing a memoryview is much cheaper than slicing a pa.Buffer
+        self._sums = sums.tolist()
+        self._checked: set[int] = set()
+        self._whole = False
+        if len(self._sums) != (view.size + PAGE_BYTES - 1) // PAGE_BYTES:
+            raise CorruptionError(f"{where} has {len(self._sums)} page sums for {view.size} bytes")
+
+    def span(self, start: int, stop: int) -> None:
+        """Checks the pages holding block bytes [start, stop)."""
+        if start >= stop or self._whole:
+            return
+        if start < 0 or stop > self.view.size:
+            raise CorruptionError(f"{self.where}: bytes {start}-{stop} lie outside the block")
+        mv, sums, checked = self._mv, self._sums, self._checked
+        for p in range(start // PAGE_BYTES, (stop - 1) // PAGE_BYTES + 1):
+            if p not in checked:
+                if page_sum(mv[p * PAGE_BYTES:(p + 1) * PAGE_BYTES]) != sums[p]:
+                    raise CorruptionError(f"{self.where}: page {p} fails its checksum")
+                checked.add(p)
+
+    def whole(self, checksum: int) -> None:
+        """Checks the whole block against its checksum at once (cheaper than page by page when
+        most of it is used)."""
+        if block_checksum(self.view) != checksum:
+            raise CorruptionError(f"{self.where} fails its checksum")
+        self._whole = True
+
+    def rows(self, arr: pa.Array, a: int, b: int) -> None:
+        """Checks the bytes of rows [a, b) of ``arr``, a column of the block decoded in place."""
+        if b <= a:
+            return
+        t, bufs, base = arr.type, arr.buffers(), self.view.address
+        if bufs[0] is not None:  # validity bitmap
+            at = bufs[0].address - base
+            self.span(at + a // 8, at + (b + 7) // 8)
+        values = bufs[1].address - base
+        if t.id == _BOOL:
+            self.span(values + a // 8, values + (b + 7) // 8)
+        elif t.id in _VARIABLE:
+            self.span(values + 4 * a, values + 4 * (b + 1))
+            offsets = np.frombuffer(bufs[1], np.int32, b + 1 - a, 4 * a)
+            if bufs[2] is not None:
+                data = bufs[2].address - base
+                self.span(data + int(offsets[0]), data + int(offsets[-1]))
+        else:
+            width = t.bit_width // 8
+            self.span(values + width * a, values + width * b)
+
+
+_BOOL = pa.bool_().id
+_VARIABLE = {pa.string().id, pa.binary().id}
+
+
+def decode_in_place(view: pa.Buffer, sums: np.ndarray, schema: pa.Schema, where: str) -> tuple[pa.RecordBatch, PageCheck]:
+    """The block in ``view`` decoded zero-copy after checking its metadata pages, and the
+    checker for the rest; no column value has been checked yet."""
+    check = PageCheck(view, sums, where)
+    check.span(0, _IPC_PREFIX)
+    meta = int.from_bytes(check._mv[4:8], "little", signed=True)
+    if not 0 < meta <= view.size - _IPC_PREFIX:
+        raise CorruptionError(f"{where}: metadata length {meta} does not fit the block")
+    check.span(0, _IPC_PREFIX + meta)
+    try:
+        batch = pa.ipc.read_record_batch(view, schema)
+    except (pa.ArrowInvalid, pa.ArrowIOError, ValueError) as e:
+        raise CorruptionError(f"{where} cannot be decoded ({e})") from None
+    return batch, check
+
+
+def key_rows(batch: pa.RecordBatch, check: PageCheck, key: str, ranges: tuple) -> list[tuple[int, int]]:
+    """[a, b) row intervals of the block (sorted by key) whose key lies in one of ``ranges``
+    ((lo, hi) pairs, None open), after checking the key column."""
+    col = batch.column(key)
+    check.rows(col, 0, len(col))
+    if pa.types.is_integer(col.type):
+        v = to_np(col)
+        out = [(0 if lo is None else int(np.searchsorted(v, lo, "left")),
+                v.size if hi is None else int(np.searchsorted(v, hi, "right"))) for lo, hi in ranges]
+    else:
+        out = []
+        for lo, hi in ranges:
+            idx = np.flatnonzero(in_range(col, lo, hi).to_numpy(zero_copy_only=False))
+            out.append((int(idx[0]), int(idx[-1]) + 1) if idx.size else (0, 0))
+    return [(a, b) for a, b in out if b > a]
+
+
+def in_range(col: pa.Array, lo, hi) -> pa.BooleanArray:
+    """Mask of the values of ``col`` with lo <= value <= hi (None: open on that side)."""
+    import pyarrow.compute as pc  # keyed reads of string keys only
+
+    m = pa.array(np.ones(len(col), bool))
+    if lo is not None:
+        m = pc.and_(m, pc.greater_equal(col, lo))
+    if hi is not None:
+        m = pc.and_(m, pc.less_equal(col, hi))
+    return m
