@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from .arrow_np import to_np
-from .checksum import block_checksum, page_sum
+from .checksum import page_sum
 from .errors import CorruptionError
 from .run_descriptor import PAGE_BYTES
 
@@ -24,34 +24,31 @@ _IPC_PREFIX = 8  # continuation marker and metadata length, before the flatbuffe
 class PageCheck:
     """The page sums of one block, checked on demand (each page once)."""
 
-    def __init__(self, view: pa.Buffer, sums: np.ndarray, where: str):
-        self.view, self.where = view, where
+    def __init__(self, view: pa.Buffer, sums: np.ndarray, where: str, prefetch=None):
+        """``prefetch(start, stop)``, if given, asks for block bytes [start, stop) to be read in
+        one request before a check touches their pages one by one (a cold cache)."""
+        self.view, self.where, self._prefetch = view, where, prefetch
         self._mv = memoryview(view)  # slicing a memoryview is much cheaper than slicing a pa.Buffer
         self._sums = sums.tolist()
         self._checked: set[int] = set()
-        self._whole = False
         if len(self._sums) != (view.size + PAGE_BYTES - 1) // PAGE_BYTES:
             raise CorruptionError(f"{where} has {len(self._sums)} page sums for {view.size} bytes")
 
     def span(self, start: int, stop: int) -> None:
         """Checks the pages holding block bytes [start, stop)."""
-        if start >= stop or self._whole:
+        if start >= stop:
             return
         if start < 0 or stop > self.view.size:
             raise CorruptionError(f"{self.where}: bytes {start}-{stop} lie outside the block")
         mv, sums, checked = self._mv, self._sums, self._checked
-        for p in range(start // PAGE_BYTES, (stop - 1) // PAGE_BYTES + 1):
+        first, last = start // PAGE_BYTES, (stop - 1) // PAGE_BYTES
+        if last > first and self._prefetch is not None:
+            self._prefetch(start, stop)
+        for p in range(first, last + 1):
             if p not in checked:
                 if page_sum(mv[p * PAGE_BYTES:(p + 1) * PAGE_BYTES]) != sums[p]:
                     raise CorruptionError(f"{self.where}: page {p} fails its checksum")
                 checked.add(p)
-
-    def whole(self, checksum: int) -> None:
-        """Checks the whole block against its checksum at once (cheaper than page by page when
-        most of it is used)."""
-        if block_checksum(self.view) != checksum:
-            raise CorruptionError(f"{self.where} fails its checksum")
-        self._whole = True
 
     def rows(self, arr: pa.Array, a: int, b: int) -> None:
         """Checks the bytes of rows [a, b) of ``arr``, a column of the block decoded in place."""
@@ -79,10 +76,11 @@ _BOOL = pa.bool_().id
 _VARIABLE = {pa.string().id, pa.binary().id}
 
 
-def decode_in_place(view: pa.Buffer, sums: np.ndarray, schema: pa.Schema, where: str) -> tuple[pa.RecordBatch, PageCheck]:
+def decode_in_place(view: pa.Buffer, sums: np.ndarray, schema: pa.Schema, where: str,
+                    prefetch=None) -> tuple[pa.RecordBatch, PageCheck]:
     """The block in ``view`` decoded zero-copy after checking its metadata pages, and the
     checker for the rest; no column value has been checked yet."""
-    check = PageCheck(view, sums, where)
+    check = PageCheck(view, sums, where, prefetch)
     check.span(0, _IPC_PREFIX)
     meta = int.from_bytes(check._mv[4:8], "little", signed=True)
     if not 0 < meta <= view.size - _IPC_PREFIX:

@@ -78,7 +78,8 @@ def execute(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, ts: s
 def _keyed(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, where: str) -> Iterator[tuple[BlockEntry, pa.RecordBatch]]:
     """(entry, rows asked for) of each block of a keyed task, in order. Blocks with page sums
     are decoded in the run file's memory map, checking (and on a cold cache reading) only the
-    pages used; the others (wholly asked for) are read and checked whole."""
+    pages used; the others (wholly asked for), and blocks that turn out to be mostly asked for,
+    are read and checked whole."""
     sums = task.page_sums or (b"",) * len(task.blocks)
     whole: list[BlockEntry] = []
     for i, e in enumerate(task.blocks):
@@ -91,14 +92,17 @@ def _keyed(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, where:
             whole = []
             continue
         block = f"{where}, block at byte {e.offset}"
-        batch, check = decode_in_place(files.mapped(task.file).view(e.offset, e.length, block),
-                                       np.frombuffer(sums[i], "<u4"), schema, block)
+        source = files.mapped(task.file)
+        batch, check = decode_in_place(source.view(e.offset, e.length, block), np.frombuffer(sums[i], "<u4"), schema,
+                                       block, lambda a, z, at=e.offset: source.prefetch(at + a, z - a))
         if batch.num_rows != e.rows:
             raise CorruptionError(f"{block} holds {batch.num_rows} rows, its descriptor says {e.rows}")
-        columns = batch.columns
         rows = key_rows(batch, check, key, task.key_ranges)
-        if 4 * sum(b - a for a, b in rows) > e.rows:  # most pages will be used: one hash is cheaper
-            check.whole(e.checksum)
+        if 4 * sum(b - a for a, b in rows) > e.rows:  # most of the block is asked for: one read, one hash
+            data = files.source(task.file, sequential=False).read(e.offset, e.length, block)
+            yield e, _keys(decode_block(data, schema, e.offset, e.rows, e.checksum, where), key, task.key_ranges)
+            continue
+        columns = batch.columns
         for a, b in rows:
             for c in range(len(columns) - 1):  # every column but the hidden insertion slot
                 check.rows(columns[c], a, b)
