@@ -28,9 +28,11 @@ import numpy as np
 from .errors import UsageError
 from .layout import Layout
 from .layout_sim import PROBE_FEATURES, SCAN_FEATURES, UPDATE_FEATURES, Flow, Trace, simulate
+from .run_descriptor import PAGE_BYTES
 
 DEFAULT_BLOCK_BYTES = 512 << 10  # storage/config.py
 DESCRIPTOR_BLOCK_BYTES = 56 + 16  # docs/format.md: a BLOCK entry and its first and last int key
+PAGE_SUM_SHARE = 4 / PAGE_BYTES  # docs/format.md: a 4-byte page sum per page of every block
 RUN_METADATA_BYTES = 256  # a live run's entry in the state and its descriptor's head (approximate)
 RANDOM_SEED = 0x5EED  # random partitioning is predicted with this hash seed
 WAVE_NS = (4, 9, 16, 25)
@@ -219,7 +221,8 @@ def predict(profile: WorkloadProfile, cand: Candidate, cal: Calibration, schedul
     return Prediction(
         candidate=cand, update_s=float(agg(upd)), update_sd_s=float(np.mean(sd)),
         probe_s=float(agg(_times(cal.probe, tr.probe))), scan_s=float(agg(_times(cal.scan, tr.scan)[scans])),
-        disk_bytes=float(np.mean(tr.live_bytes + tr.live_blocks * DESCRIPTOR_BLOCK_BYTES + tr.live_runs * RUN_METADATA_BYTES)),
+        disk_bytes=float(np.mean(tr.live_bytes * (1 + PAGE_SUM_SHARE) + tr.live_blocks * DESCRIPTOR_BLOCK_BYTES
+                                 + tr.live_runs * RUN_METADATA_BYTES)),
         touched=float(np.mean(tr.update["touched"])), read_bytes=float(np.mean(tr.update["read_bytes"])),
         written_bytes=float(np.mean(tr.update["written_bytes"])), probe_sections=float(np.mean(tr.probe["sections"])),
         probe_blocks=float(np.mean(tr.probe["blocks"])), probe_bytes=float(np.mean(tr.probe["bytes"])),

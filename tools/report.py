@@ -187,14 +187,15 @@ ENGINE = """## ebb's storage engine (format version 2)
 Each sub-index keeps its records in immutable run files, each a sequence of checksummed Arrow IPC
 blocks sorted by (key, exp), of about 512 KiB (an eighth of that in NoRebuild runs, whose probes
 read a block in every live section); the archive's LMDB metadata holds one descriptor
-entry per block (offset, length, rows, exp range, first and last key, checksum), adopted by each
+entry per block (offset, length, rows, exp range, first and last key, checksum, page sums), adopted by each
 update's single commit. Rebuild rewrites every touched sub-index as one new run, streaming the old
 one in large sequential reads, skipping wholly expired blocks and dropping expired records. NoRebuild
 never rewrites a record: an update adds one run per touched sub-index, sectioned by expiration slot,
 and deleting a slot moves a run's first live block past its expired sections (a run with no live
-block is dropped). Reads are planned from the descriptors alone: a probe reads exactly the blocks
-holding its key (one stretch per live run and section) with read-ahead off, a scan reads runs in
-large sequential requests, and every block's checksum is checked before it is decoded.
+block is dropped). Reads are planned from the descriptors alone: a probe visits the blocks holding
+its key (one stretch per live run and section) and reads only the pages it uses, each checked by
+its page sum, with read-ahead off; a scan reads runs in large sequential requests, and every block
+it reads whole is checked against its checksum before it is decoded.
 """
 
 
