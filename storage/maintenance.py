@@ -137,7 +137,7 @@ def key_ordered_slices(ctx: MaintenanceContext, current: SubIndexState) -> list[
     slices = []
     for run in current.runs:
         desc = ctx.descriptor(run.name)
-        slices.append((desc.first_keys[run.first_live], RunSlice(run.name, run.first_live, len(desc.entries))))
+        slices.append((desc.first_keys[run.first_live], RunSlice(run.name, run.first_live, len(desc.blocks))))
     return [s for _, s in sorted(slices, key=lambda x: x[0])]
 
 
@@ -193,9 +193,9 @@ def _old_chunks(ctx: MaintenanceContext, piece: RunSlice, ch: SubIndexChange, de
     desc = ctx.descriptor(piece.name)
     lo, hi = key_range
     key, exp = ctx.config.key_column, ctx.config.exp_column
-    crossing = {desc.entries[b].offset for b in range(piece.start, piece.stop)
+    blocks = desc.entries(piece.start, piece.stop)
+    crossing = {e.offset for b, e in enumerate(blocks, piece.start)
                 if (lo is not None and desc.first_keys[b] < lo) or (hi is not None and desc.last_keys[b] >= hi)}
-    blocks = desc.entries[piece.start:piece.stop]
     if delete_upto is not None:
         ch.deleted += sum(e.rows for e in blocks if e.max_exp <= delete_upto and e.offset not in crossing)
         blocks = [e for e in blocks if e.max_exp > delete_upto or e.offset in crossing]

@@ -207,6 +207,7 @@ def _rebuild_parts(ctx: MaintenanceContext, i: int, current: SubIndexState, dele
     for s in key_ordered_slices(ctx, current):
         desc = ctx.descriptor(s.name)
         start = s.start
+        lengths = desc.blocks["length"].tolist()
         for b in range(s.start, s.stop):
             first = desc.first_keys[b]
             if size >= part_bytes and b > start and (parts[-1].lo is None or first > parts[-1].lo):
@@ -214,7 +215,7 @@ def _rebuild_parts(ctx: MaintenanceContext, i: int, current: SubIndexState, dele
                 parts[-1].hi = first
                 parts.append(Part(i, first, delete_upto=delete_upto))
                 size, start = 0, bisect.bisect_left(desc.last_keys, first, start, b)
-            size += desc.entries[b].length
+            size += lengths[b]
         if s.stop > start:
             parts[-1].slices.append(RunSlice(s.name, start, s.stop))
     for p in parts:

@@ -99,7 +99,7 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                     sums = tuple(b"" if _inside(desc, b, ranges) else desc.block_sums(b) for b in idx)
                     tasks.append(ReadTask(i, run.name, tuple(desc.entry(b) for b in idx), as_of, ranges, layout, sums))
             else:
-                blocks = [e for e in desc.entries[run.first_live:] if e.max_exp > as_of]
+                blocks = [e for e in desc.entries(run.first_live) if e.max_exp > as_of]
                 tasks += [ReadTask(i, run.name, part, as_of, (), layout) for part in _split(blocks, SCAN_TASK_BYTES)]
     return tasks
 

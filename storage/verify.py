@@ -97,7 +97,7 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
     expect = LiveRun.of(desc, run.first_live)
     if expect != run:
         return [f"{name}: the state's sizes {run} differ from the descriptor's {expect}"]
-    blocks = desc.entries[run.first_live:]
+    blocks = desc.entries(run.first_live)
     path = os.path.join(archive.data_dir, run.name)
     if not os.path.exists(path):
         return [f"{name}: its file is missing"]

@@ -27,7 +27,7 @@ def physical(t: pa.Table, schema: pa.Schema) -> pa.Table:
 def read_back(tmp_path, desc: RunDescriptor, schema: pa.Schema) -> pa.Table:
     files = OpenFiles(str(tmp_path))
     try:
-        batches = [b for _, b in read_blocks(files.source(desc.name, True), desc.entries, physical_schema(schema), "t")]
+        batches = [b for _, b in read_blocks(files.source(desc.name, True), desc.entries(), physical_schema(schema), "t")]
     finally:
         files.close()
     return pa.Table.from_batches(batches, physical_schema(schema))
@@ -94,7 +94,7 @@ def test_blocks_cut_to_size_and_sections(tmp_path_factory, rows, block_bytes, in
     assert (np.diff(desc.blocks["slot"]) >= 0).all()
     files = OpenFiles(str(d))
     start = 0
-    for e, batch in read_blocks(files.source("r.run", True), desc.entries, physical_schema(schema), "t"):
+    for e, batch in read_blocks(files.source("r.run", True), desc.entries(), physical_schema(schema), "t"):
         part = src.slice(start, batch.num_rows)
         assert batch.to_pylist() == part.to_pylist()
         assert len(set(slots[start:start + batch.num_rows])) == 1 and e.slot == slots[start]
@@ -152,7 +152,7 @@ def _keyed(tmp_path, desc, schema, ranges, as_of=6, pages=True) -> pa.Table:
     from ebb.storage.task_reader import execute
 
     sums = tuple(desc.block_sums(b) for b in range(desc.blocks.size)) if pages else ()
-    task = ReadTask(0, desc.name, tuple(desc.entries), as_of, tuple(ranges), 0, sums)
+    task = ReadTask(0, desc.name, tuple(desc.entries()), as_of, tuple(ranges), 0, sums)
     files = OpenFiles(str(tmp_path))
     try:
         return pa.Table.from_batches(list(execute(task, files, physical_schema(schema), "key", "ts", "exp", "t")), schema)
@@ -184,7 +184,7 @@ def test_keyed_reads_check_every_page_they_use(tmp_path):
     t, schema, desc = _mixed_run(tmp_path)
     path = tmp_path / "m.run"
     pristine = path.read_bytes()
-    e = desc.entries[1]
+    e = desc.entry(1)
     lo, hi = desc.first_keys[1], desc.last_keys[1]
     probes = [lo, (lo + hi) // 2, hi]
     for page in range(int(desc.page_start[2] - desc.page_start[1])):

@@ -109,7 +109,7 @@ def test_corruption_is_detected(archive):
 
     with Archive(str(archive)) as arc, arc.snapshot() as snap:
         run = next(r for s in snap.state.subindices for r in s.runs)
-        entry = snap.descriptor(run.name).entries[run.first_live]
+        entry = snap.descriptor(run.name).entry(run.first_live)
     path = os.path.join(archive, "data", run.name)
     with open(path, "r+b") as f:
         f.seek(entry.offset + entry.length // 2)

@@ -52,7 +52,7 @@ def _live_ranges(path) -> dict[str, list[tuple[int, int]]]:
         for s in snap.state.subindices:
             for run in s.runs:
                 d = snap.descriptor(run.name)
-                out[run.name] = [(e.offset, e.offset + e.length) for e in d.entries[run.first_live:]]
+                out[run.name] = [(e.offset, e.offset + e.length) for e in d.entries(run.first_live)]
     return out
 
 

@@ -11,9 +11,10 @@ disk limits.
   and end. The kernel keeps no high-water mark of anonymous memory alone, and this machine's
   memory cgroup (v1) reports a peak only of usage including the page cache, so sampling it is. A
   peak shorter than the sampling interval can be missed; allocations large enough to matter take
-  longer than that to fault in. Before each operation (untimed) Python's garbage is collected and
-  Arrow's memory pool returns its unused memory, so an operation is not charged for what an
-  earlier one left cached in the allocator.
+  longer than that to fault in. Before each operation (untimed) Python's garbage is collected, and
+  Arrow's memory pool and glibc's heap (``malloc_trim``) return their free memory to the OS, so an
+  operation is not charged for what an earlier one (a 5 GB bulk load, a scan) left cached in an
+  allocator.
 - Cold cache: ``sync`` then ``3 > /proc/sys/vm/drop_caches`` (root only). Callers must close every
   file and memory map of the store first (``open_handles`` lists any left): a mapped page stays
   resident and would make the "cold" measurement warm.
@@ -82,11 +83,30 @@ class AnonPeak:
 
 
 def release_unused_memory() -> None:
-    """Collects Python's garbage and returns the Arrow pool's cached free memory to the OS."""
+    """Collects Python's garbage and returns the free memory that allocators keep cached to the
+    OS: Arrow's pool, and glibc's heap (numpy and Python allocate there, and glibc keeps the
+    freed top of the heap and freed chunks below it until ``malloc_trim``)."""
     import pyarrow as pa
 
     gc.collect()
     pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc():
+    """glibc, for ``malloc_trim``; None on other C libraries."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _glibc()
 
 
 @dataclass

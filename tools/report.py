@@ -646,8 +646,9 @@ PROTOCOL = """## Protocol
 - **Measured per operation**: wall time; `/proc/self/io` `read_bytes`/`write_bytes` (block-layer bytes,
   summed over all threads, so RocksDB's and DuckDB's background threads count); peak anonymous memory
   (the largest `RssAnon` of `/proc/self/status` sampled every 2 ms by a background thread while the
-  operation runs; unlike peak RSS it leaves out page-cache pages of mapped files; garbage collected and
-  Arrow's pool trimmed before each operation); ebb's own counts (sub-indices touched, blocks and bytes read
+  operation runs; unlike peak RSS it leaves out page-cache pages of mapped files; before each operation
+  garbage is collected and the free memory cached by Arrow's pool and by glibc's heap (`malloc_trim`) is
+  returned, so that an update is not charged for what a 5 GB bulk load or a scan left in an allocator); ebb's own counts (sub-indices touched, blocks and bytes read
   and written, from the update record and `ReadStats`); size on disk after each update (allocated
   blocks). Each configuration runs in its own process.
 - **Statistic**: times are medians over the periodic updates of a run (means are in the summary CSVs as
