@@ -196,6 +196,9 @@ def _executor_pids() -> list[int]:
     return [int(x) for x in out.split()]
 
 
+# About 4 minutes, most of it the cluster's JVMs on two cores: it would take CI's suite past its
+# 20-minute limit, so it runs when asked (README, "Run the tests").
+@pytest.mark.skipif(os.environ.get("EBB_CLUSTER_TESTS") != "1", reason="set EBB_CLUSTER_TESTS=1 to start a standalone Spark cluster")
 def test_standalone_cluster_same_answers_and_survives_a_killed_executor(tmp_path, cluster):
     master, env = cluster
     landing = _landing(tmp_path, seed=9, users=200, rate=2500)
