@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Callable, Iterator
@@ -24,6 +23,7 @@ from .config import ArchiveConfig, check_config
 from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, RejectedBatch
 from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclusive_lock, write_durably
 from .layout import compress_slots
+from .metadata_cache import MetadataCache
 from .manifest import (
     FORMAT_VERSION, ArchiveState, SubIndexState, parse_config, parse_state, read_checkpoint, read_config_bytes,
     read_migrations, read_schema, read_state, read_state_bytes, read_update_records, write_config, write_state,
@@ -31,24 +31,6 @@ from .manifest import (
 from .snapshot import Snapshot
 
 __all__ = ["Archive", "ArchiveError", "ArchiveBusy"]
-
-
-class _LRU:
-    """A small cache of immutable values (run descriptors) by name."""
-
-    def __init__(self, limit: int):
-        self.limit, self._d = limit, OrderedDict()
-
-    def get(self, key):
-        v = self._d.get(key)
-        if v is not None:
-            self._d.move_to_end(key)
-        return v
-
-    def put(self, key, value) -> None:
-        self._d[key] = value
-        while len(self._d) > self.limit:
-            self._d.popitem(last=False)
 
 
 class Archive:
@@ -75,7 +57,7 @@ class Archive:
         self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
         self.readonly = bool(self.env.flags()["readonly"])
         self.open_files = OpenFiles(self.data_dir)
-        self._descriptors = _LRU(4096)
+        self.metadata = MetadataCache()
         self._state_cache: tuple[bytes, ArchiveState] | None = None
         self._config_cache: tuple[bytes, ArchiveConfig] | None = None
         self._schema: pa.Schema | None = None

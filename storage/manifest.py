@@ -23,6 +23,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 import lmdb
+import numpy as np
 import pyarrow as pa
 
 from .checksum import seal, unseal
@@ -193,14 +194,26 @@ def write_schema(txn, schema: pa.Schema) -> None:
     txn.put(b"schema", seal(b"SCHM", b"schema", schema.serialize().to_pybytes()))
 
 
-def read_run(txn, name: str) -> RunDescriptor:
+def _run_value(txn, name: str) -> bytes:
     raw = _lookup(txn, RunDescriptor.key(name))
     if raw is None:
         raise CorruptionError(f"the archive's metadata has no descriptor for run {name}: it is damaged")
-    return RunDescriptor.from_bytes(raw, name, f"descriptor of run {name}")
+    return raw
+
+
+def read_run(txn, name: str, with_sums: bool = True) -> RunDescriptor:
+    """The descriptor of run ``name``, with or without its page sums (see ``read_page_sums``)."""
+    return RunDescriptor.from_bytes(_run_value(txn, name), name, f"descriptor of run {name}", with_sums)
+
+
+def read_page_sums(txn, name: str) -> np.ndarray | None:
+    """The page sums of run ``name`` (None: written without them)."""
+    return RunDescriptor.sums_from_bytes(_run_value(txn, name), name, f"descriptor of run {name}")
 
 
 def write_run(txn, desc: RunDescriptor) -> None:
+    if desc.paged and desc.sums is None:  # would store the run as if written without page sums
+        raise ValueError(f"the descriptor of run {desc.name} was read without its page sums; store the writer's")
     txn.put(RunDescriptor.key(desc.name), desc.to_bytes())
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from .manifest import ArchiveState
 from .run_descriptor import BlockEntry, RunDescriptor
 
@@ -70,9 +72,12 @@ class ReadTask:
 
 
 def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], request: ReadRequest, as_of: int,
-         subindices: list[int] | None = None) -> list[ReadTask]:
+         subindices: list[int] | None = None,
+         page_sums: Callable[[str], np.ndarray | None] | None = None) -> list[ReadTask]:
     """The tasks that answer ``request`` as of ``as_of``: over the current layout's sub-indices
-    (0-based, all by default) and, unless sub-indices are named, the layouts being drained."""
+    (0-based, all by default) and, unless sub-indices are named, the layouts being drained.
+    ``descriptor`` and ``page_sums`` read a run's metadata; keyed requests use its page sums to
+    read blocks in place (without ``page_sums``, they read each block whole)."""
     if isinstance(request, Probe):
         ranges = tuple((k, k) for k in sorted(set(request.keys)))
     elif isinstance(request, KeyRange):
@@ -94,12 +99,15 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                 idx = desc.key_blocks(*ranges[0], run.first_live)
                 if len(ranges) > 1:
                     idx = sorted(set(idx).union(*(desc.key_blocks(lo, hi, run.first_live) for lo, hi in ranges[1:])))
-                idx = [b for b in idx if desc.entry(b).max_exp > as_of]
-                if idx:
-                    sums = tuple(b"" if _inside(desc, b, ranges) else desc.block_sums(b) for b in idx)
-                    tasks.append(ReadTask(i, run.name, tuple(desc.entry(b) for b in idx), as_of, ranges, layout, sums))
+                live = [(b, e) for b in idx if (e := desc.entry(b)).max_exp > as_of]
+                if live:
+                    whole = [_inside(desc, b, ranges) for b, _ in live]  # every row asked for: read it whole
+                    run_sums = None if all(whole) or page_sums is None else page_sums(run.name)
+                    sums = tuple(b"" if w else desc.block_sums(b, run_sums) for (b, _), w in zip(live, whole))
+                    tasks.append(ReadTask(i, run.name, tuple(e for _, e in live), as_of, ranges, layout, sums))
             else:
-                blocks = [e for e in desc.entries(run.first_live) if e.max_exp > as_of]
+                tail = desc.blocks[run.first_live:]
+                blocks = BlockEntry.all(tail[tail["max_exp"] > as_of])
                 tasks += [ReadTask(i, run.name, part, as_of, (), layout) for part in _split(blocks, SCAN_TASK_BYTES)]
     return tasks
 

@@ -9,7 +9,9 @@ equal ``slot``, in ascending slot order; inside a section records are sorted by 
 a key's records are one contiguous stretch of each section.
 
 Descriptors are written by whoever writes the run file (the update, or a Spark task) and adopted
-by the commit, which stores them sealed (``checksum.seal``) in the archive's metadata.
+by the commit, which stores them sealed (``checksum.seal``) in the archive's metadata. Only probes
+use the page sums, which are most of a descriptor's bytes, so a descriptor is usually read without
+them (``from_bytes(with_sums=False)``) and a probe reads them separately (``sums_from_bytes``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import bisect
 import json
 import struct
+import sys
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -60,11 +63,14 @@ class RunDescriptor:
     blocks: np.ndarray  # BLOCK entries in file order
     first_keys: list  # per block (int or str)
     last_keys: list
-    sums: np.ndarray | None = None  # uint32 page sums of every block, in order (None: written without)
+    sums: np.ndarray | None = None  # uint32 page sums of every block, in order (None: see ``paged``)
+    paged: bool | None = None  # written with page sums (None: whether ``sums`` is given); they may be unloaded
     section_bounds: list[int] = field(init=False)  # first block of each section, then len(blocks)
     page_start: np.ndarray = field(init=False)  # index in ``sums`` of each block's first page, then the total
 
     def __post_init__(self) -> None:
+        if self.paged is None:
+            self.paged = self.sums is not None
         slot = self.blocks["slot"]
         starts = np.flatnonzero(np.diff(slot)) + 1 if slot.size > 1 else np.zeros(0, np.int64)
         self.section_bounds = [0, *starts.tolist(), int(slot.size)] if slot.size else [0]
@@ -81,11 +87,26 @@ class RunDescriptor:
         """Block ``b`` as a plain tuple."""
         return BlockEntry._make(self.blocks[b].tolist())
 
-    def block_sums(self, b: int) -> bytes:
-        """The page sums of block ``b`` (b"" if this run was written without them)."""
-        if self.sums is None:
+    def block_sums(self, b: int, sums: np.ndarray | None) -> bytes:
+        """The page sums of block ``b``, taken from ``sums`` (this run's, from ``sums_from_bytes``;
+        None if it was written without them, which gives b"")."""
+        if sums is None:
             return b""
-        return self.sums[self.page_start[b]:self.page_start[b + 1]].tobytes()
+        return sums[self.page_start[b]:self.page_start[b + 1]].tobytes()
+
+    def without_sums(self) -> "RunDescriptor":
+        """This descriptor without its page sums (for caching: only probes need them)."""
+        if self.sums is None:
+            return self
+        return RunDescriptor(self.name, self.subindex, self.blocks, self.first_keys, self.last_keys, None, self.paged)
+
+    @property
+    def nbytes(self) -> int:
+        """About how much memory this descriptor holds (its arrays and keys)."""
+        n = int(self.blocks.size)
+        key = sys.getsizeof(self.first_keys[0]) if n else 0
+        sums = self.sums.nbytes if self.sums is not None else 0
+        return self.blocks.nbytes + self.page_start.nbytes + sums + 2 * n * (8 + key) + 200
 
     @property
     def file_bytes(self) -> int:
@@ -113,6 +134,7 @@ class RunDescriptor:
 
     # -- storage ------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
+        """The sealed descriptor as held: without page sums if it was read without them."""
         int_keys = all(isinstance(k, int) for k in self.first_keys)
         meta = {"name": self.name, "subindex": self.subindex, "n": int(self.blocks.size),
                 "keys": "int" if int_keys else "str"}
@@ -134,25 +156,40 @@ class RunDescriptor:
         return b"run/" + name.encode()
 
     @staticmethod
-    def from_bytes(value: bytes, name: str, what: str) -> "RunDescriptor":
-        """Parses the sealed descriptor of run ``name``; CorruptionError naming ``what`` if damaged."""
-        body = unseal(_TAG, RunDescriptor.key(name), value, what)
-        (hl,) = _LEN.unpack_from(body)
-        head = json.loads(bytes(body[4:4 + hl]))
+    def from_bytes(value: bytes, name: str, what: str, with_sums: bool = True) -> "RunDescriptor":
+        """Parses the sealed descriptor of run ``name``, with its page sums or without them;
+        CorruptionError naming ``what`` if damaged."""
+        body, head, blocks, pos, end = _parse(value, name, what)
         n = head["n"]
-        pos = 4 + hl
-        blocks = np.frombuffer(body, BLOCK, n, pos).copy()
-        pos += n * BLOCK.itemsize
-        sums, end = None, len(body)
-        if "page" in head:
-            if head["page"] != PAGE_BYTES:
-                raise CorruptionError(f"{what}: run {name} has pages of {head['page']} bytes, this ebb reads {PAGE_BYTES}")
-            count = int(((blocks["length"].astype(np.int64) + PAGE_BYTES - 1) // PAGE_BYTES).sum())
-            end -= 4 * count
-            sums = np.frombuffer(body, "<u4", count, end).copy()
+        sums = np.frombuffer(body, "<u4", (len(body) - end) // 4, end).copy() if with_sums and "page" in head else None
         if head["keys"] == "int":
             keys = np.frombuffer(body, "<i8", 2 * n, pos).tolist()
             first, last = keys[:n], keys[n:]
         else:
             first, last = json.loads(bytes(body[pos:end]))
-        return RunDescriptor(head["name"], head["subindex"], blocks, first, last, sums)
+        return RunDescriptor(head["name"], head["subindex"], blocks.copy(), first, last, sums, "page" in head)
+
+    @staticmethod
+    def sums_from_bytes(value: bytes, name: str, what: str) -> np.ndarray | None:
+        """The page sums in the sealed descriptor of run ``name`` (None: written without);
+        CorruptionError naming ``what`` if damaged."""
+        body, head, _, _, end = _parse(value, name, what)
+        return np.frombuffer(body, "<u4", (len(body) - end) // 4, end).copy() if "page" in head else None
+
+
+def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.ndarray, int, int]:
+    """(body, head, BLOCK entries (a view of body), where the keys start, where the page sums
+    start) of a sealed descriptor, after checking its seal."""
+    body = unseal(_TAG, RunDescriptor.key(name), value, what)
+    (hl,) = _LEN.unpack_from(body)
+    head = json.loads(bytes(body[4:4 + hl]))
+    n = head["n"]
+    pos = 4 + hl
+    blocks = np.frombuffer(body, BLOCK, n, pos)
+    pos += n * BLOCK.itemsize
+    end = len(body)
+    if "page" in head:
+        if head["page"] != PAGE_BYTES:
+            raise CorruptionError(f"{what}: run {name} has pages of {head['page']} bytes, this ebb reads {PAGE_BYTES}")
+        end -= 4 * int(((blocks["length"].astype(np.int64) + PAGE_BYTES - 1) // PAGE_BYTES).sum())
+    return body, head, blocks, pos, end

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import ReadError
-from .manifest import ArchiveState, read_run
+from .manifest import ArchiveState
 from .read_plan import ReadRequest, ReadTask, plan
 from .run_descriptor import RunDescriptor
 from .task_reader import execute
@@ -57,20 +58,20 @@ class Snapshot:
 
     # -- planning and reading -------------------------------------------------------------------
     def descriptor(self, name: str) -> RunDescriptor:
-        """The descriptor of a run of this version (cached: run files never change)."""
-        cache = self._archive._descriptors
-        desc = cache.get(name)
-        if desc is None:
-            desc = read_run(self.txn, name)
-            cache.put(name, desc)
-        return desc
+        """The descriptor of a run of this version, without its page sums (cached: run files
+        never change)."""
+        return self._archive.metadata.descriptor(self.txn, name)
+
+    def page_sums(self, name: str) -> np.ndarray | None:
+        """The page sums of a run of this version (None: written without them; cached)."""
+        return self._archive.metadata.page_sums(self.txn, name)
 
     def plan(self, request: ReadRequest, as_of: int | None = None, subindices: list[int] | None = None) -> list[ReadTask]:
         """The read tasks answering ``request`` as of ``as_of`` (default: the last update)."""
         t = self.check_as_of(as_of)
         if self.schema is None:
             return []
-        return plan(self.state, self.descriptor, request, t, subindices)
+        return plan(self.state, self.descriptor, request, t, subindices, self.page_sums)
 
     def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
         """Executes one task of this snapshot's plan (archive schema, valid records only)."""

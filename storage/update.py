@@ -20,7 +20,7 @@ from .drain import drain
 from .faults import SimulatedCrash, crash_point
 from .iostats import delta as io_delta, proc_io
 from .maintenance import MaintenanceContext, SubIndexChange, norebuild, rebuild
-from .manifest import read_run, read_schema, read_state
+from .manifest import read_schema, read_state
 from .update_plan import UpdatePlan, plan_update, touched
 from .run_descriptor import RunDescriptor
 from .update_record import UpdateRecord
@@ -82,7 +82,7 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
         raise
     for ch in changes:  # committed: readers in this process find the new runs' descriptors cached
         for desc in ch.new_runs:
-            archive._descriptors.put(desc.name, desc)
+            archive.metadata.adopt(desc)
     crash_point("update.after_commit")
     return record
 
@@ -100,14 +100,8 @@ def input_table(table: pa.Table, cfg, stored: pa.Schema | None) -> pa.Table:
 
 
 def descriptor_reader(archive, txn) -> Callable[[str], RunDescriptor]:
-    """Reads run descriptors in ``txn``, through the archive's cache (run files never change)."""
-    def descriptor(name: str) -> RunDescriptor:
-        desc = archive._descriptors.get(name)
-        if desc is None:
-            desc = read_run(txn, name)
-            archive._descriptors.put(name, desc)
-        return desc
-    return descriptor
+    """Reads run descriptors (without page sums) in ``txn``, through the archive's cache."""
+    return lambda name: archive.metadata.descriptor(txn, name)
 
 
 def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], late_rows: int, schema_to_write,

@@ -23,7 +23,7 @@ from .checksum import page_sums
 from .config import ArchiveConfig
 from .errors import CorruptionError, EbbError
 from .files import parse_run_file
-from .manifest import LiveRun, check_all, read_garbage
+from .manifest import LiveRun, check_all, read_garbage, read_run
 from .run_descriptor import PAGE_BYTES
 from .task_reader import read_block_bytes
 
@@ -90,7 +90,7 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
     """Problems with one live run of sub-index ``i`` of a layout with configuration ``cfg``
     (``label`` names a draining layout, whose runs keep expired records until dropped whole)."""
     name = f"{label}I{i + 1}, run {run.name}"
-    desc = snap.descriptor(run.name)
+    desc = read_run(snap.txn, run.name)  # with its page sums, which are checked below
     out = []
     if desc.subindex != i or desc.name != run.name:
         return [f"{name}: its descriptor belongs to I{desc.subindex + 1}, run {desc.name}"]

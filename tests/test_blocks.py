@@ -151,7 +151,7 @@ def _keyed(tmp_path, desc, schema, ranges, as_of=6, pages=True) -> pa.Table:
     from ebb.storage.read_plan import ReadTask
     from ebb.storage.task_reader import execute
 
-    sums = tuple(desc.block_sums(b) for b in range(desc.blocks.size)) if pages else ()
+    sums = tuple(desc.block_sums(b, desc.sums) for b in range(desc.blocks.size)) if pages else ()
     task = ReadTask(0, desc.name, tuple(desc.entries()), as_of, tuple(ranges), 0, sums)
     files = OpenFiles(str(tmp_path))
     try:
@@ -173,7 +173,14 @@ def test_keyed_reads_in_place_return_exactly_the_rows_asked_for(tmp_path):
         assert _keyed(tmp_path, desc, schema, [(lo, hi)], pages=False).equals(_want(t, lo, hi))
     old = RunDescriptor.from_bytes(RunDescriptor(desc.name, 0, desc.blocks, desc.first_keys, desc.last_keys).to_bytes(),
                                    desc.name, "descriptor")
-    assert old.sums is None and old.block_sums(0) == b""
+    assert old.sums is None and not old.paged and old.block_sums(0, old.sums) == b""
+    # read without its page sums, a descriptor keeps everything else; the sums come separately
+    sealed = desc.to_bytes()
+    lean = RunDescriptor.from_bytes(sealed, desc.name, "descriptor", with_sums=False)
+    assert lean.sums is None and lean.paged and np.array_equal(lean.blocks, desc.blocks)
+    assert (lean.first_keys, lean.last_keys) == (desc.first_keys, desc.last_keys)
+    assert np.array_equal(RunDescriptor.sums_from_bytes(sealed, desc.name, "descriptor"), desc.sums)
+    assert desc.without_sums().sums is None and desc.without_sums().paged
     both = _keyed(tmp_path, desc, schema, [(3, 3), (250, 250)])
     assert both.equals(pa.concat_tables([_want(t, 3, 3), _want(t, 250, 250)]))
 

@@ -634,7 +634,8 @@ PROTOCOL = """## Protocol
 - **Schedule**: bulk load at tau = 0 of the records generated in the S / Delta slots before tau that are
   still valid; then periodic updates at T_j = j * Delta, each followed by a probe of a random key (the same
   key for every store) and a full scan, both as of T_j. Records already expired when generated are not
-  handed to any store.
+  handed to any store. The bulk load runs in a process of its own, and the measured process opens the
+  store it left, as a real store reaches its size over many updates in earlier processes.
 - **Cold cache**: in a few randomly chosen slots (the same for every configuration) the store is closed
   (ebb: `ArchiveReader.close()` and `Archive.close()`, which close the LMDB environment and every run file
   the archive holds open; LMDB peer: `env.close()`; every store's files and maps), the run stops with an
@@ -648,7 +649,8 @@ PROTOCOL = """## Protocol
   (the largest `RssAnon` of `/proc/self/status` sampled every 2 ms by a background thread while the
   operation runs; unlike peak RSS it leaves out page-cache pages of mapped files; before each operation
   garbage is collected and the free memory cached by Arrow's pool and by glibc's heap (`malloc_trim`) is
-  returned, so that an update is not charged for what a 5 GB bulk load or a scan left in an allocator); ebb's own counts (sub-indices touched, blocks and bytes read
+  returned, so that an update is not charged for what a scan left in an allocator; Arrow's default pool,
+  mimalloc, keeps about 12 MB after a 5 GB batch even then, which is why the bulk load runs apart); ebb's own counts (sub-indices touched, blocks and bytes read
   and written, from the update record and `ReadStats`); size on disk after each update (allocated
   blocks). Each configuration runs in its own process.
 - **Statistic**: times are medians over the periodic updates of a run (means are in the summary CSVs as

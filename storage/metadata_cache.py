@@ -1,0 +1,76 @@
+"""The archive's cache of parsed run metadata: descriptors (without page sums), and page sums.
+
+Run files and their descriptors never change once committed, so a parsed descriptor can serve
+every later snapshot and update. The cache is bounded in bytes, not in runs: a descriptor grows
+with its run (about 80 bytes a block, and 4 bytes a 4 KiB page of page sums), so a bound on the
+number of runs would let the memory a process holds grow with the archive. Page sums, most of a
+descriptor's bytes, are cached apart: only probes use them, so scans and updates never load them.
+An entry larger than the whole budget is returned without being kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from .manifest import read_page_sums, read_run
+from .run_descriptor import RunDescriptor
+
+DEFAULT_BYTES = 4 << 20  # LevelDB's block cache is 8 MB; ours holds only metadata
+
+
+class MetadataCache:
+    """Least-recently-used run metadata within ``limit_bytes``, shared by the snapshots of one
+    ``Archive`` (the Flight server reads in threads, hence the lock). Two threads that miss
+    the same entry both read it; the second one's copy is kept."""
+
+    def __init__(self, limit_bytes: int = DEFAULT_BYTES):
+        self.limit = limit_bytes
+        self._entries: OrderedDict[tuple[str, str], tuple[object, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes = 0
+
+    def descriptor(self, txn, name: str) -> RunDescriptor:
+        """The descriptor of run ``name`` without its page sums, read in ``txn`` on a miss."""
+        hit = self._get(("run", name))
+        if hit is not None:
+            return hit[0]
+        desc = read_run(txn, name, with_sums=False)
+        self._put(("run", name), desc, desc.nbytes)
+        return desc
+
+    def page_sums(self, txn, name: str) -> np.ndarray | None:
+        """The page sums of run ``name`` (None: written without), read in ``txn`` on a miss."""
+        hit = self._get(("sums", name))
+        if hit is not None:
+            return hit[0]
+        sums = read_page_sums(txn, name)
+        self._put(("sums", name), sums, 64 + (sums.nbytes if sums is not None else 0))
+        return sums
+
+    def adopt(self, desc: RunDescriptor) -> None:
+        """Caches a run this process just committed (its page sums are left out)."""
+        desc = desc.without_sums()
+        self._put(("run", desc.name), desc, desc.nbytes)
+
+    def _get(self, key: tuple[str, str]) -> tuple[object, int] | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+            return hit
+
+    def _put(self, key: tuple[str, str], value, nbytes: int) -> None:
+        if nbytes > self.limit:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            self._entries[key] = (value, nbytes)
+            self.bytes += nbytes
+            while self.bytes > self.limit:
+                _, (_, n) = self._entries.popitem(last=False)
+                self.bytes -= n

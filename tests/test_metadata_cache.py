@@ -1,0 +1,72 @@
+"""The run-metadata cache: it stays within its byte budget whatever the archive's size, only
+probes load page sums, and answers are the oracle's whether it holds everything, must evict, or
+holds nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ebb.query.reader import ArchiveReader
+from ebb.storage.archive import Archive
+from ebb.storage.manifest import write_run
+from ebb.storage.metadata_cache import MetadataCache
+
+from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
+
+KEYS = 20
+
+
+def _archive(tmp_path, mode: str) -> tuple[Archive, Oracle, int, np.random.Generator]:
+    rng = np.random.default_rng(7)
+    arc = Archive.create(str(tmp_path / "a"), config(mode=mode, block_bytes=256))
+    oracle = Oracle()
+    for T in range(16, 40, 2):
+        rows = random_rows(rng, 200, T - 1, T, 16, KEYS, tag=str(T))
+        arc.load(table_of(rows, SCHEMA), T)
+        oracle.load(rows, T)
+    return arc, oracle, T, rng
+
+
+@pytest.mark.parametrize("mode", ["rebuild", "norebuild"])
+@pytest.mark.parametrize("limit", [0, 3000, 1 << 20])
+def test_answers_and_budget_whatever_the_cache_holds(tmp_path, mode, limit):
+    arc, oracle, T, rng = _archive(tmp_path, mode)
+    arc.metadata = MetadataCache(limit)
+    try:
+        for step in range(3):  # reads, then an update that deletes through cached descriptors
+            with ArchiveReader(arc) as r:
+                for k in range(KEYS):
+                    assert rows_multiset(r.probe(k, as_of=T)) == oracle.probe(k, T)
+                assert rows_multiset(r.probe_range(3, 9, as_of=T)) == oracle.probe_range(3, 9, T)
+                assert rows_multiset(r.scan_table(as_of=T)) == oracle.scan(T)
+            assert arc.metadata.bytes <= limit
+            T += 2
+            rows = random_rows(rng, 200, T - 1, T, 16, KEYS, tag=f"s{step}")
+            arc.load(table_of(rows, SCHEMA), T)
+            oracle.load(rows, T)
+    finally:
+        arc.close()
+
+
+def test_only_probes_load_page_sums_and_lean_descriptors_are_never_stored(tmp_path):
+    arc, oracle, T, rng = _archive(tmp_path, "norebuild")
+    arc.metadata = MetadataCache()
+    try:
+        with ArchiveReader(arc) as r:
+            r.scan_table(as_of=T)
+        arc.load(table_of(random_rows(rng, 200, T + 1, T + 2, 16, KEYS), SCHEMA), T + 2)
+        kinds = {kind for kind, _ in arc.metadata._entries}
+        assert kinds == {"run"}
+        with ArchiveReader(arc) as r:
+            for k in range(KEYS):
+                r.probe(k, as_of=T + 2)
+        assert {kind for kind, _ in arc.metadata._entries} == {"run", "sums"}
+        with arc.env.begin(write=True) as txn:
+            name = arc.state().subindices[0].runs[0].name
+            lean = arc.metadata.descriptor(txn, name)
+            assert lean.paged and lean.sums is None
+            with pytest.raises(ValueError, match="without its page sums"):
+                write_run(txn, lean)
+    finally:
+        arc.close()
