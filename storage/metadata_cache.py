@@ -51,9 +51,12 @@ class MetadataCache:
         return sums
 
     def adopt(self, desc: RunDescriptor) -> None:
-        """Caches a run this process just committed (its page sums are left out)."""
-        desc = desc.without_sums()
-        self._put(("run", desc.name), desc, desc.nbytes)
+        """Caches a run this process just committed, as its writer made it: the probes that
+        follow an update then need not read the new runs' metadata back."""
+        if desc.paged:
+            self._put(("sums", desc.name), desc.sums, 64 + desc.sums.nbytes)
+        lean = desc.without_sums()
+        self._put(("run", desc.name), lean, lean.nbytes)
 
     def _get(self, key: tuple[str, str]) -> tuple[object, int] | None:
         with self._lock:
