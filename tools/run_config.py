@@ -9,9 +9,10 @@ update j: the update, one probe of a random key, one full scan; with caches drop
 the updates and reads the job marks cold. The bulk load runs in a child process of its own
 (``--bulk``), and this process opens the store it left: a real store reaches its size over many
 small updates, and memory an allocator keeps after one multi-gigabyte batch (mimalloc, Arrow's
-default pool, kept 12 MB after thesis-large's 5 GB) would otherwise be charged to every update. In a slot with cold reads the order is: update, cold
-probe, cold scan, then the warm probe and scan (the cold scan has brought the whole store back
-into the page cache, so "warm" means what it says even after a cold update). After each update,
+default pool, kept 12 MB after thesis-large's 5 GB) would otherwise be charged to every update.
+In a slot with cold reads the order is: update, cold probe, cold scan, then the warm probe and
+scan (the cold scan has brought the whole store back into the page cache, so "warm" means what
+it says even after a cold update). After each update,
 untimed, the row also gets the largest and mean sub-index size (ebb only). Before each cache
 drop the store is closed and the run stops with an error if any file under its directory is
 still open or mapped, since such pages would survive the drop and make "cold" partly warm.
