@@ -22,7 +22,7 @@ import pyarrow as pa
 from ..storage import errors
 from ..storage.iostats import proc_io
 from ..storage.partitioned_update import PART_BYTES, PartitionedUpdate, PartResult, finish, prepare
-from ..storage.recovery import collect_garbage, recover
+from ..storage.recovery import recover
 
 PART_COLUMN = "__ebb_part"
 _RESULT_SCHEMA = pa.schema([
@@ -50,7 +50,7 @@ def load(spark, archive, df, at: int, checkpoint: dict[str, bytes] | None = None
         results = _run_parts(spark, df, pu)
         t2 = time.perf_counter()
         record = finish(archive, pu, results, checkpoint, late_rows, t0, io0)
-        collect_garbage(archive.env, archive.data_dir)
+        archive._reclaim()
     record.update(parts=len(pu.parts), plan_seconds=round(t1 - t0, 3), tasks_seconds=round(t2 - t1, 3),
                   commit_seconds=round(time.perf_counter() - t2, 3),
                   part_seconds_max=max((r.seconds for r in results), default=0.0))

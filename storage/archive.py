@@ -139,13 +139,24 @@ class Archive:
         bytes) and ``late_rows`` commit atomically with the update. ``wait_s``: how long to wait
         for another writer (an update, or a migration) to finish."""
         from . import update
-        from .recovery import collect_garbage, recover
+        from .recovery import recover
 
         with self.writer_lock(wait_s), self._metadata_errors():
             recover(self.env, self.data_dir)
             record = update.apply(self, table, at, progress, checkpoint, late_rows)
-            collect_garbage(self.env, self.data_dir)
+            self._reclaim()
         return record
+
+    def _reclaim(self) -> list[str]:
+        """After a commit, under the writer lock: reclaims replaced space
+        (``recovery.collect_garbage``), parses the new version once for the reads that follow,
+        and lets go of the files of the runs it replaced. Returns what was reclaimed."""
+        from .recovery import collect_garbage
+
+        done = collect_garbage(self.env, self.data_dir)
+        with self.env.begin() as txn:
+            self._cached_state(txn)
+        return done
 
     @contextmanager
     def _metadata_errors(self) -> Iterator[None]:
@@ -167,10 +178,10 @@ class Archive:
 
     def recover(self) -> list[str]:
         """Runs crash recovery and garbage collection now (normally done by each update)."""
-        from .recovery import collect_garbage, recover
+        from .recovery import recover
 
         with self.writer_lock(), self._metadata_errors():
-            return recover(self.env, self.data_dir) + collect_garbage(self.env, self.data_dir)
+            return recover(self.env, self.data_dir) + self._reclaim()
 
     # -- reading --------------------------------------------------------------------------------
     @property
@@ -194,7 +205,9 @@ class Archive:
         """The state of ``txn``'s version, parsed once per version (callers must not modify it)."""
         raw = read_state_bytes(txn)
         if self._state_cache is None or self._state_cache[0] != raw:
-            self._state_cache = (raw, parse_state(raw))
+            state = parse_state(raw)
+            self._state_cache = (raw, state)
+            self.open_files.retain(state.run_names())  # runs of older versions reopen if still read
         return self._state_cache[1]
 
     def _cached_schema(self, txn) -> pa.Schema | None:

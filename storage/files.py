@@ -16,6 +16,7 @@ import mmap
 import os
 import re
 import secrets
+import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -196,6 +197,16 @@ class ReadSource:
     def read(self, offset: int, length: int, what: str) -> pa.Buffer:
         return read_exact(self.fd, offset, length, what)
 
+    def close(self) -> None:
+        """Closes the file (once; later calls do nothing)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    # A source that ``OpenFiles`` let go of closes when its last reader drops it, so a read in
+    # flight in another thread never sees its descriptor closed (or reused for another file).
+    __del__ = close
+
 
 class MappedSource:
     """A run file memory-mapped for keyed reads, with read-ahead off (MADV_RANDOM), so that a
@@ -203,11 +214,15 @@ class MappedSource:
     while any view of it lives, even after the file is deleted or the source dropped."""
 
     def __init__(self, fd: int, size: int):
-        self.fd, self.size = fd, size
+        self.fd, self.size = -1, size  # owns ``fd`` only once mapped (the caller closes it on failure)
         self._mmap = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
         if self._mmap is not None:
             self._mmap.madvise(mmap.MADV_RANDOM)
         self._map = pa.py_buffer(self._mmap if self._mmap is not None else b"")
+        self.fd = fd
+
+    close = ReadSource.close  # the map itself lives on while views of it do
+    __del__ = ReadSource.close
 
     def view(self, offset: int, length: int, what: str) -> pa.Buffer:
         """Bytes [offset, offset + length) of the file, zero-copy; CorruptionError if the file
@@ -227,12 +242,15 @@ class MappedSource:
 
 class OpenFiles:
     """Open run files, kept and reused (a run file's live blocks never change once written, and
-    names are never reused). At most ``limit`` stay open."""
+    names are never reused). At most ``limit`` stay open, and ``retain`` lets go of the runs a
+    new version replaced, so that a long-running process does not keep deleted files (and
+    their disk space) alive. A file let go of closes once no read in flight uses it."""
 
     def __init__(self, data_dir: str, limit: int = 512):
         self.data_dir = data_dir
         self.limit = limit
         self._open: OrderedDict[tuple[str, str], ReadSource | MappedSource] = OrderedDict()
+        self._lock = threading.Lock()  # the Flight server reads in threads
 
     def source(self, name: str, sequential: bool) -> ReadSource:
         """Run file ``name`` for ``pread``s, advised for sequential reads or for probes."""
@@ -242,12 +260,19 @@ class OpenFiles:
         """Run file ``name`` memory-mapped for keyed reads."""
         return self._get(name, "map")
 
+    def retain(self, names: set[str]) -> None:
+        """Lets go of every open run not in ``names`` (the runs of the current version)."""
+        with self._lock:
+            for key in [k for k in self._open if k[0] not in names]:
+                del self._open[key]
+
     def _get(self, name: str, how: str):
         key = (name, how)
-        src = self._open.get(key)
-        if src is not None:
-            self._open.move_to_end(key)
-            return src
+        with self._lock:
+            src = self._open.get(key)
+            if src is not None:
+                self._open.move_to_end(key)
+                return src
         try:
             fd = os.open(os.path.join(self.data_dir, name), os.O_RDONLY)
         except FileNotFoundError:
@@ -261,15 +286,18 @@ class OpenFiles:
         except BaseException:
             os.close(fd)
             raise
-        self._open[key] = src
-        while len(self._open) > self.limit:
-            os.close(self._open.popitem(last=False)[1].fd)
+        with self._lock:
+            self._open[key] = src
+            while len(self._open) > self.limit:
+                self._open.popitem(last=False)
         return src
 
     def close(self) -> None:
-        for src in self._open.values():
-            os.close(src.fd)
-        self._open.clear()
+        """Closes every file held, at once (the archive is being closed)."""
+        with self._lock:
+            for src in self._open.values():
+                src.close()
+            self._open.clear()
 
 
 # -- locks --------------------------------------------------------------------------------------

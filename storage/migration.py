@@ -35,7 +35,7 @@ from .iostats import delta as io_delta, proc_io
 from .maintenance import MaintenanceContext, SubIndexChange, norebuild, rebuild
 from .manifest import ArchiveState, DrainingLayout, SubIndexState, read_schema, read_state
 from .read_plan import Scan, plan
-from .recovery import collect_garbage, recover
+from .recovery import recover
 from .task_reader import read_blocks
 from .update import descriptor_reader
 from .update_plan import place
@@ -108,7 +108,7 @@ def migrate(archive, target: ArchiveConfig, copy: bool = False, wait_s: float = 
     with archive.writer_lock(wait_s), archive._metadata_errors():
         recover(archive.env, archive.data_dir)
         record = _switch(archive, target, copy, progress)
-        collect_garbage(archive.env, archive.data_dir)
+        archive._reclaim()
     return record
 
 

@@ -1,0 +1,97 @@
+"""Run files a process holds open. A long-running writer or reader (the scheduler, the Flight
+server) lets go of the runs each new version replaced, or deleted files and their disk space
+would stay alive until the process exits; and a read in flight keeps the file it reads open until
+it finishes, whatever newer versions the process sees meanwhile."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from ebb.query.reader import ArchiveReader
+from ebb.storage.archive import Archive
+from ebb.storage.files import OpenFiles
+
+from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
+
+
+def _held(root: str) -> list[str]:
+    """Files under ``root`` this process holds open or mapped that no longer exist."""
+    root = os.path.realpath(root) + os.sep
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(root) and target.endswith(" (deleted)"):
+            out.append(target)
+    with open("/proc/self/maps") as f:
+        out += [line.split(maxsplit=5)[5].strip() for line in f
+                if line.count(" ") >= 5 and root in line and line.rstrip().endswith("(deleted)")]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["rebuild", "norebuild"])
+def test_a_long_running_process_holds_no_replaced_run(tmp_path, mode):
+    rng = np.random.default_rng(3)
+    path = str(tmp_path / "a")
+    writer = Archive.create(path, config(mode=mode, block_bytes=512))
+    reader = ArchiveReader(path)  # opened apart from the writer, as the Flight server would be
+    oracle = Oracle()
+    try:
+        for T in range(16, 76, 2):
+            rows = random_rows(rng, 150, T - 1, T, 16, 12, tag=str(T))
+            writer.load(table_of(rows, SCHEMA), T)
+            oracle.load(rows, T)
+            # reads through both archives map and open the current runs
+            k = int(rng.integers(12))
+            assert rows_multiset(reader.probe(k, as_of=T)) == oracle.probe(k, T)
+            assert rows_multiset(reader.scan_table(as_of=T)) == oracle.scan(T)
+            with ArchiveReader(writer) as same_process:
+                assert rows_multiset(same_process.probe(3, as_of=T)) == oracle.probe(3, T)
+            assert _held(path) == [], f"after the update at {T}"
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_let_go_file_stays_open_while_a_read_uses_it(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "r1").write_bytes(bytes(range(256)) * 64)
+    files = OpenFiles(str(data))
+    src = files.source("r1", sequential=True)
+    files.retain(set())
+    os.remove(data / "r1")
+    assert src.read(256, 4, "r1").to_pybytes() == bytes([0, 1, 2, 3])  # still open: a read in flight
+    assert len(_held(str(tmp_path))) == 1
+    del src
+    assert _held(str(tmp_path)) == []  # closed with its last reader
+
+
+def test_a_scan_in_flight_survives_newer_versions(tmp_path):
+    rng = np.random.default_rng(5)
+    path = str(tmp_path / "a")
+    arc = Archive.create(path, config(mode="rebuild", block_bytes=256))
+    oracle = Oracle()
+    for T in range(16, 40, 2):
+        rows = random_rows(rng, 200, T - 1, T, 16, 20, tag=str(T))
+        arc.load(table_of(rows, SCHEMA), T)
+        oracle.load(rows, T)
+    want = oracle.scan(T)
+    reader = ArchiveReader(arc)
+    old = arc.snapshot()
+    batches = reader.scan(as_of=T, snapshot=old)
+    got = [next(batches)]
+    for T2 in range(T + 2, T + 12, 2):  # every sub-index replaced; the old snapshot pins its runs
+        arc.load(table_of(random_rows(rng, 200, T2 - 1, T2, 16, 20, tag=str(T2)), SCHEMA), T2)
+    got += list(batches)
+    assert rows_multiset([r for b in got for r in b.to_pylist()]) == want
+    del got, batches
+    old.close()
+    arc.load(table_of([], SCHEMA), T2 + 2)  # reclaims the runs the old snapshot pinned
+    assert _held(path) == []
+    arc.close()
