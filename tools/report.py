@@ -215,7 +215,10 @@ def _machine_section(machines: dict[str, dict]) -> str:
     if disk:
         lines.append(f"- Sequential disk bandwidth measured in the same run ({disk.get('method')}, "
                      f"{disk.get('bytes', 0) / 2**20:.0f} MiB, 8 MiB blocks): write {disk['seq_write_Bps'] / 1e9:.2f} GB/s, "
-                     f"read {disk['seq_read_Bps'] / 1e9:.2f} GB/s")
+                     f"read {disk['seq_read_Bps'] / 1e9:.2f} GB/s; one request at a time, so a cold scan, "
+                     "which the kernel's read-ahead keeps several requests ahead, can read faster, and on a "
+                     "virtual machine the host may also cache the virtual disk (a cold scan above 100% of it "
+                     "says so)")
     cold = m.get("cold_cache_problem")
     lines.append(f"- Cold-cache runs: {'not possible: ' + cold if cold else 'yes (root; every store closed, then sync + drop_caches before each cold operation)'}")
     per = [f"{w}: {mm.get('when')}, load average at start {mm.get('load_average_at_start')}" for w, mm in machines.items() if mm]
