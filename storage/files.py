@@ -197,11 +197,12 @@ class ReadSource:
     def read(self, offset: int, length: int, what: str) -> pa.Buffer:
         return read_exact(self.fd, offset, length, what)
 
-    def close(self) -> None:
-        """Closes the file (once; later calls do nothing)."""
+    def close(self, _close=os.close) -> None:
+        """Closes the file (once; later calls do nothing). ``os.close`` is bound early because
+        at interpreter exit the ``os`` module may be gone before the last source is."""
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            os.close(fd)
+            _close(fd)
 
     # A source that ``OpenFiles`` let go of closes when its last reader drops it, so a read in
     # flight in another thread never sees its descriptor closed (or reused for another file).
