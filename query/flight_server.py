@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from ..storage.archive import Archive
+from ..storage.archive import open_readonly
 from ..storage.errors import CorruptionError, EbbError, ReadError
 from ..storage.snapshot import Snapshot
 from . import flight_protocol as proto
@@ -136,7 +136,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
     ``serve()`` to block, ``shutdown()`` to stop."""
 
     def __init__(self, path: str, host: str = DEFAULT_HOST, port: int = 0, token: str | None = None):
-        self.archive = Archive(path, readonly=True)
+        self.archive = open_readonly(path)
         self.name = os.path.basename(self.archive.path.rstrip(os.sep))
         self.host = host
         self.token_required = bool(token)

@@ -15,7 +15,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..storage.archive import Archive
+from ..storage.archive import Archive, open_readonly
 from ..storage.arrow_np import from_np, to_np
 from ..storage.read_plan import KeyRange, Probe, ReadTask, Scan
 from ..storage.snapshot import Snapshot
@@ -43,9 +43,13 @@ class ArchiveReader:
 
     def __init__(self, path_or_archive: str | Archive, readonly: bool = True):
         """With a path, the archive is opened read-only (never waiting for a writer) unless
-        ``readonly=False``; with an ``Archive``, that archive is used as it is."""
+        ``readonly=False``; the path may also be the data directory of an archive with its own
+        data directory (``PublishedArchive``). With an ``Archive``, that archive is used as it is."""
         self._own = not isinstance(path_or_archive, Archive)
-        self.archive = Archive(path_or_archive, readonly=readonly) if self._own else path_or_archive
+        if not self._own:
+            self.archive = path_or_archive
+        else:
+            self.archive = open_readonly(path_or_archive) if readonly else Archive(path_or_archive)
         self.io = ReadStats()
 
     def close(self) -> None:

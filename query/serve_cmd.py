@@ -28,6 +28,9 @@ as_of defaults to the time of the last update. Every request reads one committed
 answers stay exact while `ebb load` updates the archive from other processes; scans stream.
 list_flights / get_flight_info describe the archive (schema, last update, sizes).
 
+PATH may be the data directory of an archive created with --data-dir (on a machine that mounts
+only that directory): each request then reads the newest version the writer published there.
+
 With --token (or $EBB_FLIGHT_TOKEN) every call must send 'authorization: Bearer TOKEN'.
 Query it with `ebb probe --server HOST:PORT KEY` (or grpc://HOST:PORT) or ebb.query.flight_client.
 """
@@ -36,7 +39,8 @@ Query it with `ebb probe --server HOST:PORT KEY` (or grpc://HOST:PORT) or ebb.qu
 def register(subparsers: argparse._SubParsersAction) -> None:
     c = subparsers.add_parser("serve", help="serve an archive over Arrow Flight (probes and scans)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("path", help="archive directory")
+    c.add_argument("path", help="archive directory, or (on a machine that mounts only that) the data directory of an "
+                                "archive made with --data-dir, read through the metadata the writer publishes there")
     c.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; :: or 0.0.0.0 for every interface)")
     c.add_argument("--port", type=int, default=8815, help="TCP port (default 8815; 0 picks a free port, printed at start)")

@@ -131,18 +131,18 @@ class EbbDataSource(DataSource):
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from ..storage.archive import Archive
+        from ..storage.archive import open_readonly
 
-        with Archive(self.path, readonly=True) as arc:
+        with open_readonly(self.path) as arc:
             schema = arc.schema
         if schema is None:
             raise ValueError(f"the archive {self.path} is empty: nothing has been loaded, so it has no schema yet")
         return from_arrow_schema(schema)
 
     def reader(self, schema: StructType) -> "EbbReader":
-        from ..storage.archive import Archive
+        from ..storage.archive import open_readonly
 
-        with Archive(self.path, readonly=True) as arc:
+        with open_readonly(self.path) as arc:
             cfg = arc.config
             stored = arc.schema
         if stored is None:
@@ -214,10 +214,10 @@ class EbbReader(DataSourceReader):
         return not (strict and not self.key_is_int)
 
     def partitions(self) -> Sequence[InputPartition]:
-        from ..storage.archive import Archive
+        from ..storage.archive import open_readonly
         from ..storage.read_plan import KeyRange, Probe, Scan
 
-        with Archive(self.path, readonly=True) as arc, arc.snapshot() as snap:
+        with open_readonly(self.path) as arc, arc.snapshot() as snap:
             sel = self.selection
             points = sel.resolved_points()
             if sel.empty:
@@ -261,9 +261,9 @@ class EbbReader(DataSourceReader):
     def _read_pinned(self, partition: "EbbPartition") -> Iterator[pa.RecordBatch]:
         """The partition's task read in a snapshot of the state it was planned on (StaleRead if
         an update committed since), which keeps its blocks from being reclaimed meanwhile."""
-        from ..storage.archive import Archive
+        from ..storage.archive import open_readonly
 
-        with Archive(self.path, readonly=True) as arc, arc.snapshot() as snap:
+        with open_readonly(self.path) as arc, arc.snapshot() as snap:
             if snap.state.update_seq != partition.update_seq:
                 raise StaleRead(
                     f"ebb: the archive {self.path} was updated (update {partition.update_seq} -> "

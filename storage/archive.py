@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Callable, Iterator
@@ -18,9 +19,9 @@ from typing import Callable, Iterator
 import lmdb
 import pyarrow as pa
 
-from . import files, lmdb_env
+from . import files, lmdb_env, published
 from .config import ArchiveConfig, check_config
-from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, RejectedBatch
+from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, ReadError, RejectedBatch
 from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclusive_lock, write_durably
 from .layout import compress_slots
 from .metadata_cache import MetadataCache
@@ -30,7 +31,7 @@ from .manifest import (
 )
 from .snapshot import Snapshot
 
-__all__ = ["Archive", "ArchiveError", "ArchiveBusy"]
+__all__ = ["Archive", "ArchiveError", "ArchiveBusy", "PublishedArchive", "open_readonly"]
 
 
 class Archive:
@@ -54,6 +55,9 @@ class Archive:
         # the run files: beside the metadata, or (``create(data_dir=...)``) on a file system that
         # Spark executors also mount
         self.data_dir = data_dir or os.path.join(self.path, DATA_DIR)
+        # run files on their own (shared) file system: every commit is published there for
+        # readers on machines that mount only that (``published``)
+        self.publishes = data_dir is not None
         self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
         self.readonly = bool(self.env.flags()["readonly"])
         self.open_files = OpenFiles(self.data_dir)
@@ -103,7 +107,10 @@ class Archive:
         # the archive exists once the marker is in place (written, fsync'd, renamed, dir fsync'd)
         meta = {"format": FORMAT_VERSION} if data_dir is None else {"format": FORMAT_VERSION, "data": data_dir}
         write_durably(os.path.join(path, MARKER), json.dumps(meta).encode())
-        return Archive(path)
+        archive = Archive(path)
+        if archive.publishes:  # servers on other machines can open it before the first update
+            archive._reclaim()
+        return archive
 
     def close(self) -> None:
         if self.env is not None:
@@ -148,12 +155,15 @@ class Archive:
         return record
 
     def _reclaim(self) -> list[str]:
-        """After a commit, under the writer lock: reclaims replaced space
-        (``recovery.collect_garbage``), parses the new version once for the reads that follow,
-        and lets go of the files of the runs it replaced. Returns what was reclaimed."""
+        """After a commit, under the writer lock: publishes the new version if the run files
+        have their own data directory (``published.publish``), reclaims replaced space that no
+        reader, local or published, can reference (``recovery.collect_garbage``), parses the
+        new version once for the reads that follow, and lets go of the files of the runs it
+        replaced. Returns what was reclaimed."""
         from .recovery import collect_garbage
 
-        done = collect_garbage(self.env, self.data_dir)
+        pinned = published.publish(self.env, self.data_dir, FORMAT_VERSION) if self.publishes else None
+        done = collect_garbage(self.env, self.data_dir, pinned)
         with self.env.begin() as txn:
             self._cached_state(txn)
         return done
@@ -307,3 +317,99 @@ class Archive:
             "migrations": self.migrations(),
             "update_log": self.updates(update_log),
         }
+
+
+class PublishedArchive(Archive):
+    """Read access to an archive through the metadata published in its data directory
+    (``published``), for a machine that mounts only that directory. Each snapshot opens the
+    newest published version, so reads follow the writer's commits."""
+
+    def __init__(self, data_dir: str):
+        self.path = self.data_dir = os.path.abspath(data_dir)
+        self.readonly, self.publishes = True, False
+        self.open_files = OpenFiles(self.data_dir)
+        self.metadata = MetadataCache()
+        self._state_cache = self._config_cache = None
+        self._schema = None
+        self._pointer = os.path.join(published.meta_dir(self.data_dir), published.CURRENT)
+        self._seen: tuple | None = None  # (inode, mtime) of the pointer when ``_env`` was opened
+        self._env: lmdb.Environment | None = None
+        self.copy_dir = ""  # the published copy ``env`` reads
+        self._switch = threading.RLock()  # a snapshot and the copy it names are taken together
+        self._closed = False
+        with self.env.begin() as txn:
+            self._cached_config(txn)
+
+    @property
+    def env(self) -> lmdb.Environment | None:
+        """The newest published copy (None once closed). The pointer is replaced by a rename on
+        every publish, so a new inode means a new version. A copy this drops stays open while
+        a snapshot still reads it (its transaction holds it)."""
+        if self._closed:
+            return None
+        with self._switch:
+            return self._newest()
+
+    def _newest(self) -> lmdb.Environment:
+        for attempt in range(3):
+            try:
+                st = os.stat(self._pointer)
+            except FileNotFoundError:
+                raise ArchiveError(f"{self.path}: no published metadata ({self._pointer} is missing)") from None
+            seen = (st.st_ino, st.st_mtime_ns)
+            if seen == self._seen:
+                return self._env
+            copy_dir = published.current_copy(self.data_dir, FORMAT_VERSION)
+            try:
+                env = published.open_copy(copy_dir)
+            except ArchiveError:
+                if attempt == 2 or os.path.isdir(copy_dir):
+                    raise
+                continue  # the writer published twice since we read the pointer and dropped that copy
+            self._env, self._seen, self.copy_dir = env, seen, copy_dir
+            return env
+        raise AssertionError("unreachable")
+
+    def snapshot(self) -> Snapshot:
+        return _PublishedSnapshot(self)
+
+    def writer_lock(self, wait_s: float = 0.0):
+        raise ArchiveError(f"{self.path} is a data directory read through its published metadata; updates go "
+                           "through the archive directory on the machine that runs `ebb run`")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.open_files.close()
+            self._env = None  # closes once the last snapshot on it is gone
+
+
+def open_readonly(path: str) -> Archive:
+    """An archive opened for reading only: an archive directory (``Archive(path, readonly=True)``),
+    or the data directory of an archive with its own data directory, through the metadata
+    published there (``PublishedArchive``)."""
+    if os.path.isfile(os.path.join(path, MARKER)):
+        return Archive(path, readonly=True)
+    if published.is_published(path):
+        return PublishedArchive(path)
+    raise ArchiveError(f"{path} is not an ebb archive (no {MARKER} file), nor the data directory of one (no "
+                       f"{published.META_DIR}/{published.CURRENT}); create an archive with `ebb init`")
+
+
+class _PublishedSnapshot(Snapshot):
+    """A snapshot of a published copy. Nothing pins its version once ``published.KEEP`` newer
+    ones are published, so a read that finds its blocks gone says that, not "corruption"."""
+
+    def __init__(self, archive: PublishedArchive):
+        with archive._switch:
+            super().__init__(archive)
+            self._copy_dir = archive.copy_dir
+
+    def read(self, task):
+        try:
+            yield from super().read(task)
+        except CorruptionError:
+            if os.path.isdir(self._copy_dir):
+                raise
+            raise ReadError(f"{self._archive.path}: the version this read started on (update {self.state.update_seq}) "
+                            f"was reclaimed after {published.KEEP} newer updates were published; run the read again") from None

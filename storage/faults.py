@@ -26,6 +26,7 @@ POINTS = (
     "update.before_commit",  # metadata written in the transaction, not committed
     "update.after_commit",  # committed, replaced files not yet collected
     "gc.file_removed",  # one replaced file deleted or punched, garbage list not yet updated
+    "publish.copied",  # a committed version's metadata copied for remote readers, not yet current
     "migrate.runs_written",  # a layout switch: any copied runs durable, metadata not yet written
     "migrate.before_commit",  # the switch written in the transaction, not committed
     "migrate.after_commit",  # the switch committed, replaced files not yet collected

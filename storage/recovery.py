@@ -36,14 +36,15 @@ def recover(env: lmdb.Environment, data_dir: str) -> list[str]:
     return actions
 
 
-def collect_garbage(env: lmdb.Environment, data_dir: str) -> list[str]:
-    """Deletes replaced runs and punches out dead run prefixes that no live reader can reference.
-    Returns what it reclaimed."""
+def collect_garbage(env: lmdb.Environment, data_dir: str, pinned: int | None = None) -> list[str]:
+    """Deletes replaced runs and punches out dead run prefixes that no live reader can reference,
+    nor the version with txn id ``pinned`` or later ones (the oldest published copy that readers
+    on other machines may still read: ``published.publish``). Returns what it reclaimed."""
     with env.begin(write=True) as txn:
         garbage = read_garbage(txn)
         if not garbage:
             return []
-        oldest = oldest_reader_txn(env)
+        oldest = min((t for t in (oldest_reader_txn(env), pinned) if t is not None), default=None)
         done, keep = [], []
         live = read_state(txn).run_names()
         for name, freed_by, end in garbage:

@@ -24,6 +24,7 @@ from .config import ArchiveConfig
 from .errors import CorruptionError, EbbError
 from .files import parse_run_file
 from .manifest import LiveRun, check_all, read_garbage, read_run
+from .published import META_DIR
 from .run_descriptor import PAGE_BYTES
 from .task_reader import read_block_bytes
 
@@ -66,7 +67,9 @@ def verify(archive) -> tuple[list[str], list[str]]:
         for name in sorted(os.listdir(data_dir)):
             if name in referenced:
                 continue
-            if name in pending:
+            if name == META_DIR and archive.publishes:
+                notes.append(f"{name}: the metadata published for readers that mount only the data directory")
+            elif name in pending:
                 notes.append(f"{name}: replaced, deleted once no reader needs it")
             elif parse_run_file(name) is not None:
                 notes.append(f"{name}: left by an interrupted update; removed by the next update")

@@ -57,7 +57,8 @@ BEFORE_COMMIT = {"update.validated", "run.block_written", "update.runs_written",
 AFTER_COMMIT = {"update.after_commit", "gc.file_removed"}
 PARTITIONED_ONLY = {"partitioned.results_in"}  # reached only by executor loading: tests/test_executor_load.py
 MIGRATE_ONLY = {p for p in faults.POINTS if p.startswith("migrate.")}  # tests/test_migration.py
-assert BEFORE_COMMIT | AFTER_COMMIT == set(faults.POINTS) - PARTITIONED_ONLY - MIGRATE_ONLY
+PUBLISH_ONLY = {"publish.copied"}  # reached only with a data directory of its own: tests/test_published.py
+assert BEFORE_COMMIT | AFTER_COMMIT == set(faults.POINTS) - PARTITIONED_ONLY - MIGRATE_ONLY - PUBLISH_ONLY
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -265,7 +266,7 @@ def test_crash_cases_cover_every_point():
     per_mode = {m: [c for c in CASES if c[0] == m] for m in (R, N)}
     assert all(len(v) >= 12 for v in per_mode.values())
     assert len({(c[2], c[3]) for c in CASES}) >= 12
-    assert {c[2] for c in CASES} == set(faults.POINTS) - PARTITIONED_ONLY - MIGRATE_ONLY
+    assert {c[2] for c in CASES} == set(faults.POINTS) - PARTITIONED_ONLY - MIGRATE_ONLY - PUBLISH_ONLY
 
 
 def test_recover_after_crashed_first_norebuild_load(tmp_path):

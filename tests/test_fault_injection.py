@@ -135,7 +135,7 @@ def test_exception_after_commit_keeps_the_update(tmp_path, monkeypatch, mode):
     # and an interrupted garbage collection after the commit loses nothing either
     import ebb.storage.recovery as recovery_module
 
-    def interrupted_gc(env, data_dir):
+    def interrupted_gc(env, data_dir, pinned=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(recovery_module, "collect_garbage", interrupted_gc)
