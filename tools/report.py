@@ -658,7 +658,12 @@ PROTOCOL = """## Protocol
   blocks). Each configuration runs in its own process.
 - **Statistic**: times are medians over the periodic updates of a run (means are in the summary CSVs as
   `*_mean_s`); the median is robust to bursts of CPU use by other jobs. Peak anonymous memory is the
-  largest over the updates (or scans) of a run.
+  largest over the updates (or scans) of a run. Every store is timed inside the same harness (garbage
+  collected and allocators trimmed just before, the memory sampler thread running beside), which adds
+  about 0.08-0.1 ms even to the shortest operation: timed by hand on a many-keys store (the probe path of 3b998e1),
+  a SQLite or LMDB probe took about 10 us alone and about 0.09 ms in the harness, and ebb's Rebuild2x2
+  probe 0.26 ms and 0.53 ms. Probe ratios near 0.1 ms therefore understate how much faster those peers'
+  probes are than ebb's.
 - **Amplification**: write amplification = bytes written to disk during updates / bytes of new records;
   read amplification = bytes read from disk by a cold scan or probe / bytes of records it returned; space
   amplification = size on disk after the last update / bytes of live records. A cold probe's allowance
