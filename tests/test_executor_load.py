@@ -1,5 +1,5 @@
 """Ticks loaded by Spark executors (indexer/executor_load.py): the same answers as the
-single-process path at every tick, on Spark local[2] and on a standalone cluster (a master and
+single-process path and a brute-force oracle at every tick, on Spark local[2] and on a standalone cluster (a master and
 two workers started from the PySpark distribution, bound to 127.0.0.1); an executor JVM killed
 with SIGKILL in mid-update; the driver killed at each point of the commit protocol."""
 
@@ -21,7 +21,7 @@ from ebb.indexer.scheduler import Scheduler
 from ebb.indexer.synthetic import land
 from ebb.storage.archive import Archive
 
-from support import archive_answers, ebb
+from support import Oracle, archive_answers, ebb
 
 JOB = """
 [job]
@@ -83,19 +83,40 @@ def _answers(arc, T):
     return {t: archive_answers(arc, t, PROBES, RANGES) for t in (T, T + 3, T + 11)}
 
 
+def _oracle_of_driver_loads(monkeypatch) -> Oracle:
+    """A brute-force oracle fed every batch of results that an in-process ``Archive.load`` (the
+    single-process path) is given from now on."""
+    oracle, load = Oracle(key="user"), Archive.load
+
+    def load_and_remember(arc, table, at, *a, **k):
+        oracle.load(table.to_pylist(), at)
+        return load(arc, table, at, *a, **k)
+
+    monkeypatch.setattr(Archive, "load", load_and_remember)
+    return oracle
+
+
+def _oracle_answers(oracle: Oracle, T: int) -> dict:
+    """``_answers`` computed by the oracle."""
+    return {t: {"scan": oracle.scan(t), "probes": {k: oracle.probe(k, t) for k in PROBES},
+                "ranges": {rg: oracle.probe_range(*rg, t) for rg in RANGES}} for t in (T, T + 3, T + 11)}
+
+
 @pytest.mark.parametrize("mode", ["rebuild", "norebuild"])
-def test_executors_give_the_single_process_answers_at_every_tick(spark, tmp_path, mode):
+def test_executors_give_the_single_process_answers_at_every_tick(spark, tmp_path, mode, monkeypatch):
     landing = _landing(tmp_path, rate=300)
     single = Scheduler(load_job(str(_job(tmp_path, "single", landing, mode))), say=lambda m: None)
     parted = Scheduler(load_job(str(_job(tmp_path, "parted", landing, mode, tmp_path / "shared"))),
                        say=lambda m: None, load_on="executors", part_bytes=12000)
+    oracle = _oracle_of_driver_loads(monkeypatch)
     parts = []
     with single, parted:
         for _ in range(TICKS):
             want = _next_tick(single)
             rec = _next_tick(parted)
             T = rec["time"]
-            assert _answers(parted.archive, T) == _answers(single.archive, T)
+            got = _answers(parted.archive, T)
+            assert got == _answers(single.archive, T) == _oracle_answers(oracle, T)
             for k in ("input_rows", "inserted", "deleted", "dropped_expired"):
                 assert rec[k] == want[k], k
             assert rec["parts"] >= 1 and rec["tasks_seconds"] > 0
@@ -199,14 +220,17 @@ def _executor_pids() -> list[int]:
 # About 4 minutes, most of it the cluster's JVMs on two cores: it would take CI's suite past its
 # 20-minute limit, so it runs when asked (README, "Run the tests").
 @pytest.mark.skipif(os.environ.get("EBB_CLUSTER_TESTS") != "1", reason="set EBB_CLUSTER_TESTS=1 to start a standalone Spark cluster")
-def test_standalone_cluster_same_answers_and_survives_a_killed_executor(tmp_path, cluster):
+def test_standalone_cluster_same_answers_and_survives_a_killed_executor(tmp_path, cluster, monkeypatch):
     master, env = cluster
     landing = _landing(tmp_path, seed=9, users=200, rate=2500)
+    oracle = _oracle_of_driver_loads(monkeypatch)
     with Scheduler(load_job(str(_job(tmp_path, "single", landing, "rebuild"))), say=lambda m: None) as s:
         want = {}
         for _ in range(TICKS):
             rec = s.run_tick(s.progress().last_slot + 1 if s.archive else 0)
             want[rec["time"]] = _answers(s.archive, rec["time"])
+            assert want[rec["time"]] == _oracle_answers(oracle, rec["time"])
+    monkeypatch.undo()
     job = _job(tmp_path, "cluster", landing, "rebuild", tmp_path / "shared")
     extra = ["--master", master, "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2"]
     # three runs, answers compared after each: ticks 0-2, tick 3 (an executor killed while writing), 4-6
