@@ -112,14 +112,14 @@ def _parser() -> argparse.ArgumentParser:
                 "AS_OF defaults to the time of the last update and may not be earlier.")
         if name == "probe":
             # PATH is optional only so that `ebb probe --server URL KEY` needs no path
-            c.add_argument("path", nargs="?", help="archive directory, or the data directory of one made with --data-dir (read through the metadata published there) (omit with --server)")
+            c.add_argument("path", nargs="?", help="archive directory, or the data directory of one made with --data-dir, read through the metadata published there; omit with --server")
             c.add_argument("key", help="search key (parsed as the archive's key type)")
             c.add_argument("--to", metavar="KEY2", help="probe the inclusive range KEY..KEY2 instead of one key")
             c.add_argument("--server", metavar="URL", help="ask an `ebb serve` process (grpc://HOST:PORT or HOST:PORT, e.g. 127.0.0.1:8815) instead of opening PATH")
             c.add_argument("--token", default=os.environ.get("EBB_FLIGHT_TOKEN"),
                            help="with --server: the server's token (default: $EBB_FLIGHT_TOKEN)")
         else:
-            c.add_argument("path", help="archive directory, or the data directory of one made with --data-dir (read through the metadata published there)")
+            c.add_argument("path", help="archive directory, or the data directory of one made with --data-dir, read through the metadata published there")
         c.add_argument("--as-of", type=int, metavar="T", help="time of validity (default: last update time)")
         c.add_argument("--format", choices=["table", "jsonl", "csv", "parquet"], default="table", help="output format (default: table)")
         c.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
             "insertion and expiration slots it currently holds, and the update log: per update the sub-indices "
             "read and written, blocks and bytes read and written (by ebb and by the OS), records inserted, "
             "deleted and dropped as already expired, and wall time.")
-    c.add_argument("path", help="archive directory, or the data directory of one made with --data-dir (read through the metadata published there)")
+    c.add_argument("path", help="archive directory, or the data directory of one made with --data-dir, read through the metadata published there")
     c.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
     c.add_argument("--updates", type=int, default=10, metavar="N", help="table format: show the last N updates (default 10)")
 

@@ -60,6 +60,11 @@ class Archive:
         self.publishes = data_dir is not None
         self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
         self.readonly = bool(self.env.flags()["readonly"])
+        self._init_reads()
+
+    def _init_reads(self) -> None:
+        """What reads keep across snapshots (``data_dir`` and ``env`` set): open run files and
+        parsed metadata; then parses the configuration once."""
         self.open_files = OpenFiles(self.data_dir)
         self.metadata = MetadataCache()
         self._state_cache: tuple[bytes, ArchiveState] | None = None
@@ -327,18 +332,13 @@ class PublishedArchive(Archive):
     def __init__(self, data_dir: str):
         self.path = self.data_dir = os.path.abspath(data_dir)
         self.readonly, self.publishes = True, False
-        self.open_files = OpenFiles(self.data_dir)
-        self.metadata = MetadataCache()
-        self._state_cache = self._config_cache = None
-        self._schema = None
         self._pointer = os.path.join(published.meta_dir(self.data_dir), published.CURRENT)
         self._seen: tuple | None = None  # (inode, mtime) of the pointer when ``_env`` was opened
         self._env: lmdb.Environment | None = None
         self.copy_dir = ""  # the published copy ``env`` reads
         self._switch = threading.RLock()  # a snapshot and the copy it names are taken together
         self._closed = False
-        with self.env.begin() as txn:
-            self._cached_config(txn)
+        self._init_reads()
 
     @property
     def env(self) -> lmdb.Environment | None:
