@@ -116,12 +116,10 @@ class ArchiveReader:
             tasks = snap.plan(request, as_of, subindices)
             if snap.schema is None:
                 return pa.table({})
-            batches = []
             for task in tasks:
                 self.io.count(task)
-                batches += snap.read(task)
-            table = pa.Table.from_batches(batches, schema=snap.schema)
-            return _ordered(table, snap.config.key_column, snap.config.exp_column, snap.config.ts_column)
+            batches = list(snap.read_all(tasks))
+            return _ordered(batches, snap.schema, snap.config.key_column, snap.config.exp_column, snap.config.ts_column)
 
     def _stream(self, snap: Snapshot, tasks: list[ReadTask], close: bool) -> Iterator[pa.RecordBatch]:
         try:
@@ -133,14 +131,14 @@ class ArchiveReader:
                 snap.close()
 
 
-def _ordered(table: pa.Table, key: str, exp: str, ts: str) -> pa.Table:
-    """``table`` ordered by (key, exp, ts)."""
-    if table.num_rows < 2:
-        return table
-    k = table.column(key)
-    if pa.types.is_integer(k.type):
-        order = np.lexsort([to_np(table.column(ts)), to_np(table.column(exp)), to_np(k)])
-        if (order[1:] > order[:-1]).all():
-            return table
-        return table.take(from_np(order))
+def _ordered(batches: list[pa.RecordBatch], schema: pa.Schema, key: str, exp: str, ts: str) -> pa.Table:
+    """The rows of ``batches`` as one table ordered by (key, exp, ts). Keyed reads return a
+    few rows, so integer keys are ordered with numpy on the batches' columns directly."""
+    if sum(b.num_rows for b in batches) < 2:
+        return pa.Table.from_batches(batches, schema=schema)
+    if pa.types.is_integer(schema.field(key).type):
+        order = np.lexsort([np.concatenate([to_np(b.column(c)) for b in batches]) for c in (ts, exp, key)])
+        table = pa.Table.from_batches(batches, schema=schema)
+        return table if (order[1:] > order[:-1]).all() else table.take(from_np(order))
+    table = pa.Table.from_batches(batches, schema=schema)
     return table.sort_by([(key, "ascending"), (exp, "ascending"), (ts, "ascending")])

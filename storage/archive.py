@@ -20,6 +20,7 @@ import lmdb
 import pyarrow as pa
 
 from . import files, lmdb_env, published
+from .block_format import physical_schema
 from .config import ArchiveConfig, check_config
 from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, ReadError, RejectedBatch
 from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclusive_lock, write_durably
@@ -70,6 +71,7 @@ class Archive:
         self._state_cache: tuple[bytes, ArchiveState] | None = None
         self._config_cache: tuple[bytes, ArchiveConfig] | None = None
         self._schema: pa.Schema | None = None
+        self.physical_schema: pa.Schema | None = None  # ``_schema`` and the hidden columns
         with self.env.begin() as txn:
             self._cached_config(txn)
 
@@ -229,6 +231,7 @@ class Archive:
         """The schema (fixed once the first load wrote it)."""
         if self._schema is None:
             self._schema = read_schema(txn)
+            self.physical_schema = physical_schema(self._schema) if self._schema is not None else None
         return self._schema
 
     def checkpoint(self, name: str) -> bytes | None:

@@ -261,6 +261,14 @@ class OpenFiles:
         """Run file ``name`` memory-mapped for keyed reads."""
         return self._get(name, "map")
 
+    def warm(self, name: str) -> None:
+        """Maps run ``name`` ahead of the keyed reads that will want it (an update just wrote
+        it); a failure is left for a read to report."""
+        try:
+            self.mapped(name)
+        except OSError:
+            pass
+
     def retain(self, names: set[str]) -> None:
         """Lets go of every open run not in ``names`` (the runs of the current version)."""
         with self._lock:

@@ -19,7 +19,7 @@ from .errors import ReadError
 from .manifest import ArchiveState
 from .read_plan import ReadRequest, ReadTask, plan
 from .run_descriptor import RunDescriptor
-from .task_reader import execute
+from .task_reader import execute, prefetch_heads
 
 
 class Snapshot:
@@ -35,7 +35,7 @@ class Snapshot:
         except BaseException:
             self.close()
             raise
-        self._physical = physical_schema(self.schema) if self.schema is not None else None
+        self._physical = archive.physical_schema
 
     # -- time -----------------------------------------------------------------------------------
     @property
@@ -78,6 +78,15 @@ class Snapshot:
         cfg = self.config
         return execute(task, self._archive.open_files, self._physical, cfg.key_column, cfg.ts_column,
                        cfg.exp_column, f"archive {self._archive.path}, {task.where}")
+
+    def read_all(self, tasks: list[ReadTask]) -> Iterator[pa.RecordBatch]:
+        """``read`` of each of ``tasks`` in order, after starting the first reads of every keyed
+        task at once (``task_reader.prefetch_heads``): on a cold cache the sub-indices' blocks
+        are then read in parallel, not one after another."""
+        if self._physical is not None:
+            prefetch_heads(tasks, self._archive.open_files, self._physical, self.config.key_column)
+        for task in tasks:
+            yield from self.read(task)
 
     def read_args(self) -> tuple[str, pa.Schema, ArchiveConfig]:
         """What ``read_unpinned`` needs besides a task: the data directory, schema and config."""

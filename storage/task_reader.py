@@ -2,7 +2,10 @@
 
 I/O follows the access pattern. Keyed tasks (probes, key ranges) decode their blocks in place in
 a memory map with read-ahead off and touch only the pages of the metadata, the key column and the
-rows asked for, each checked by its page sum (``page_check``). Scans read runs of adjacent blocks
+rows asked for, each checked by its page sum (``page_check``). So that a cold cache serves them in
+a few parallel reads rather than a fault per page, each such stretch is asked for in one request
+before it is touched, and ``prefetch_heads`` asks for the first stretch of every block of a
+read's tasks (one per sub-index) before any is executed. Scans read runs of adjacent blocks
 in large sequential requests, and check each block's checksum before decoding it. Decoded columns
 are views of the bytes read or mapped, so the only copies are the reads themselves and the filter
 of rows that are not valid at ``as_of``.
@@ -10,12 +13,12 @@ of rows that are not valid at ``as_of``.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from .arrow_np import to_np
+from .arrow_np import from_np, to_np
 from .block_format import decode_block
 from .errors import CorruptionError
 from .files import OpenFiles
@@ -69,10 +72,57 @@ def execute(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, ts: s
     t = task.as_of
     for e, batch in blocks:
         if e.min_exp <= t or e.max_ts > t:  # some records of the block are not valid at t
-            import pyarrow.compute as pc  # only when needed: a one-shot probe of valid blocks never is
-            batch = batch.filter(pc.and_(pc.less_equal(batch.column(ts), t), pc.greater(batch.column(exp), t)))
+            batch = _valid(batch, ts, exp, t, task.keyed)
         if batch.num_rows:
             yield batch.select(visible)
+
+
+def _valid(batch: pa.RecordBatch, ts: str, exp: str, t: int, few: bool) -> pa.RecordBatch:
+    """The rows of ``batch`` with ts <= t < exp. ``few``: the handful of rows a keyed read
+    found, filtered with numpy (Arrow's compute kernels cost tens of microseconds a call);
+    scanned blocks go through Arrow's filter."""
+    if few:
+        ok = (to_np(batch.column(ts)) <= t) & (to_np(batch.column(exp)) > t)
+        return batch if ok.all() else batch.take(from_np(np.flatnonzero(ok)))
+    import pyarrow.compute as pc  # only when needed: a one-shot probe never is
+
+    return batch.filter(pc.and_(pc.less_equal(batch.column(ts), t), pc.greater(batch.column(exp), t)))
+
+
+def prefetch_heads(tasks: Sequence[ReadTask], files: OpenFiles, schema: pa.Schema, key: str) -> None:
+    """Starts reading, for every block that keyed ``tasks`` search in place, the bytes the
+    search touches first (the IPC metadata and, when only fixed-width columns come before it,
+    the key column), each in one request. Called for all of a read's tasks before executing
+    any, a cold cache reads the blocks of all sub-indices in parallel, not one after another;
+    a warm one pays a system call a block."""
+    head = _head_bytes(schema, key)
+    for task in tasks:
+        if not task.keyed:
+            continue
+        source = None
+        for e, sums in zip(task.blocks, task.page_sums):
+            if sums:
+                source = source or files.mapped(task.file)
+                source.prefetch(e.offset, min(e.length, head(e.rows)))
+
+
+def _head_bytes(schema: pa.Schema, key: str) -> Callable[[int], int]:
+    """rows -> about how many leading bytes of a block hold its IPC metadata and its key
+    column: the columns up to the key, each with a validity bitmap and padding (just the
+    metadata if a variable-width column comes first, whose size the rows do not tell)."""
+    per_row, columns = 0.0, 0
+    for f in schema:
+        t = f.type
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            return lambda rows: _METADATA_BYTES
+        per_row += 0.125 + (0.125 if pa.types.is_boolean(t) else t.bit_width // 8)
+        columns += 1
+        if f.name == key:
+            break
+    return lambda rows: _METADATA_BYTES + int(per_row * rows) + 16 * columns
+
+
+_METADATA_BYTES = 4096  # a block's IPC metadata is a few hundred bytes per column
 
 
 def _keyed(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, where: str) -> Iterator[tuple[BlockEntry, pa.RecordBatch]]:
@@ -102,10 +152,9 @@ def _keyed(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, where:
             data = files.source(task.file, sequential=False).read(e.offset, e.length, block)
             yield e, _keys(decode_block(data, schema, e.offset, e.rows, e.checksum, where), key, task.key_ranges)
             continue
-        columns = batch.columns
+        columns = batch.columns[:-1]  # every column but the hidden insertion slot
         for a, b in rows:
-            for c in range(len(columns) - 1):  # every column but the hidden insertion slot
-                check.rows(columns[c], a, b)
+            check.rows_of(columns, a, b)
             yield e, batch.slice(a, b - a)
 
 

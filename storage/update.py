@@ -81,8 +81,9 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
             files.FS.remove(path)
         raise
     for ch in changes:  # committed: readers in this process find the new runs' descriptors cached
-        for desc in ch.new_runs:
+        for desc in ch.new_runs:  # and their files mapped, as RocksDB opens a compaction's output
             archive.metadata.adopt(desc)
+            archive.open_files.warm(desc.name)
     crash_point("update.after_commit")
     return record
 

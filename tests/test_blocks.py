@@ -208,3 +208,29 @@ def test_keyed_reads_check_every_page_they_use(tmp_path):
             with pytest.raises(CorruptionError, match="page 0"):
                 _keyed(tmp_path, desc, schema, [(lo, lo)])
     path.write_bytes(pristine)
+
+
+@pytest.mark.parametrize("order", [["key", "ts", "exp", "f"], ["ts", "exp", "d", "b", "key"], ["s", "key", "ts", "exp"]])
+def test_prefetched_head_of_a_block_covers_what_a_keyed_read_touches_first(tmp_path, order):
+    """The bytes ``prefetch_heads`` asks for up front hold the block's IPC metadata and, when only
+    fixed-width columns come before the key, the whole key column (else a cold probe would
+    still fault those pages in one by one), and not much more."""
+    from ebb.storage.task_reader import _head_bytes
+
+    (tmp_path / "src").mkdir()
+    t, schema, _ = _mixed_run(tmp_path / "src")
+    t = t.select(order + [c for c in t.column_names if c not in order])
+    schema = archive_schema(t.schema, "key", "ts", "exp")
+    desc = write_run(str(tmp_path), "h.run", 0, [(physical(t, schema), None)], "key", "ts", "exp", 48 << 10)
+    head = _head_bytes(physical_schema(schema), "key")
+    data = (tmp_path / "h.run").read_bytes()
+    key_first_fixed = order[0] != "s"
+    for e in desc.entries():
+        block = pa.py_buffer(data[e.offset:e.offset + e.length])
+        metadata = 8 + int.from_bytes(data[e.offset + 4:e.offset + 8], "little")
+        key_values = decode_block(block, physical_schema(schema), e.offset, e.rows, e.checksum, "t").column("key").buffers()[1]
+        key_end = key_values.address - block.address + 8 * e.rows
+        if key_first_fixed:
+            assert key_end <= head(e.rows) < key_end + (8 << 10)
+        else:
+            assert metadata <= head(e.rows) <= 4096
