@@ -45,8 +45,29 @@ def acquire(index_dir: str, create: bool = False, readonly: bool = False) -> lmd
                             readonly=readonly and not create, readahead=True, max_spare_txns=0)
         except lmdb.Error as e:
             raise ArchiveError(f"cannot open the archive's metadata in {index_dir}: {e}") from None
+        _read_ahead(os.path.join(key, "data.mdb"))
         _envs[key] = (env, 1)
         return env
+
+
+READ_AHEAD_BYTES = 64 << 20  # metadata up to this size (about 50 GB live) is read ahead at open
+
+
+def _read_ahead(path: str) -> None:
+    """Asks the kernel to start reading the whole metadata file, in one request, if it is at
+    most READ_AHEAD_BYTES: a cold start then finds the state and the run descriptors in memory
+    by the first read, instead of faulting them in a window at a time (many-keys: 1.3 MB took
+    1.3 ms of a cold probe), as RocksDB's open loads its tables' index and filter blocks."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        size = os.fstat(fd).st_size
+        if size <= READ_AHEAD_BYTES:
+            os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
 
 
 def release(env: lmdb.Environment) -> None:
