@@ -97,12 +97,14 @@ def prefetch_heads(tasks: Sequence[ReadTask], files: OpenFiles, schema: pa.Schem
     a warm one pays a system call a block."""
     head = _head_bytes(schema, key)
     for task in tasks:
-        if not task.keyed:
+        if not task.keyed or not any(task.page_sums):
             continue
-        source = None
+        try:
+            source = files.mapped(task.file)
+        except (CorruptionError, OSError):
+            continue  # only a hint: the task's read reports the problem, in its reader's terms
         for e, sums in zip(task.blocks, task.page_sums):
             if sums:
-                source = source or files.mapped(task.file)
                 source.prefetch(e.offset, min(e.length, head(e.rows)))
 
 

@@ -116,6 +116,9 @@ def test_a_remote_read_survives_the_next_update_and_fails_clearly_after_more(tmp
             assert "was reclaimed" in str(e)
             failed += 1
     assert failed  # Rebuild replaced every run of that version
+    remote.open_files.close()
+    with pytest.raises(ReadError, match="was reclaimed"):  # reading ahead says nothing of its own
+        list(snap.read_all(tasks[len(scan):]))
     snap.close()
     remote.close()
     arc.close()
