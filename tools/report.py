@@ -663,7 +663,9 @@ PROTOCOL = """## Protocol
   about 0.08-0.1 ms even to the shortest operation: timed by hand on a many-keys store (the probe path of 3b998e1),
   a SQLite or LMDB probe took about 10 us alone and about 0.09 ms in the harness, and ebb's Rebuild2x2
   probe 0.26 ms and 0.53 ms. Probe ratios near 0.1 ms therefore understate how much faster those peers'
-  probes are than ebb's.
+  probes are than ebb's. Opening a store is never timed: a cold probe starts after the store's open,
+  during which RocksDB loads its tables' index and filter blocks and ebb (since e5ad206) asks the kernel
+  to read its metadata file ahead (at most 64 MiB), so neither's cold probe pays for that metadata.
 - **Amplification**: write amplification = bytes written to disk during updates / bytes of new records;
   read amplification = bytes read from disk by a cold scan or probe / bytes of records it returned; space
   amplification = size on disk after the last update / bytes of live records. A cold probe's allowance
