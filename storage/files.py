@@ -263,10 +263,11 @@ class OpenFiles:
 
     def warm(self, name: str) -> None:
         """Maps run ``name`` ahead of the keyed reads that will want it (an update just wrote
-        it); a failure is left for a read to report."""
+        it). Never raises: it runs after the update committed, and a failure is left for a read
+        to report."""
         try:
             self.mapped(name)
-        except OSError:
+        except (OSError, CorruptionError):
             pass
 
     def retain(self, names: set[str]) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from ebb.query.reader import ArchiveReader
 from ebb.storage.archive import Archive
+from ebb.storage.errors import CorruptionError
 from ebb.storage.files import OpenFiles
 
 from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
@@ -95,3 +96,34 @@ def test_a_scan_in_flight_survives_newer_versions(tmp_path):
     arc.load(table_of([], SCHEMA), T2 + 2)  # reclaims the runs the old snapshot pinned
     assert _held(path) == []
     arc.close()
+
+
+@pytest.mark.parametrize("error", [OSError(24, "Too many open files"), CorruptionError("data file x.run is missing")])
+def test_an_update_maps_its_new_runs_and_a_failure_to_map_them_does_not_undo_it(tmp_path, monkeypatch, error):
+    """After its commit an update maps the runs it wrote for the probes that follow; if that
+    fails (here: every map refused), the update still reports success, as it has committed."""
+    rng = np.random.default_rng(5)
+    arc = Archive.create(str(tmp_path / "a"), config(mode="rebuild", block_bytes=512))
+    oracle = Oracle()
+    try:
+        rows = random_rows(rng, 150, 15, 16, 16, 12)
+        arc.load(table_of(rows, SCHEMA), 16)
+        oracle.load(rows, 16)
+        names = {r.name for s in arc.state().subindices for r in s.runs}
+        assert names and all(arc.open_files._open.get((n, "map")) for n in names)
+
+        def refuse(name):
+            raise error
+
+        monkeypatch.setattr(arc.open_files, "mapped", refuse)
+        rows = random_rows(rng, 150, 17, 18, 16, 12, tag="b")
+        seq = arc.state().update_seq
+        arc.load(table_of(rows, SCHEMA), 18)  # does not raise
+        assert arc.state().update_seq == seq + 1
+        oracle.load(rows, 18)
+        monkeypatch.undo()
+        with ArchiveReader(arc) as reader:
+            assert rows_multiset(reader.scan_table(as_of=18)) == oracle.scan(18)
+            assert rows_multiset(reader.probe(3, as_of=18)) == oracle.probe(3, 18)
+    finally:
+        arc.close()
