@@ -143,6 +143,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
         middleware = {"auth": BearerTokenMiddlewareFactory(token)} if token else None
         try:
             super().__init__(location=flight.Location.for_grpc_tcp(_uri_host(host), port), middleware=middleware)
+            ArchiveReader(self.archive).prepare_probes()
         except Exception:
             self.archive.close()
             raise

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..storage.archive import Archive, open_readonly
 from ..storage.arrow_np import from_np, to_np
+from ..storage.errors import CorruptionError
 from ..storage.read_plan import KeyRange, Probe, ReadTask, Scan
 from ..storage.snapshot import Snapshot
 
@@ -30,9 +31,13 @@ class ReadStats:
     bytes_read: int = 0
 
     def count(self, task: ReadTask) -> None:
-        self.subindices_read.add(task.subindex + 1)
-        self.blocks_read += len(task.blocks)
-        self.bytes_read += task.bytes
+        self.add(task.subindex, len(task.blocks), task.bytes)
+
+    def add(self, subindex: int, blocks: int, nbytes: int) -> None:
+        """Counts ``blocks`` blocks of ``nbytes`` bytes planned in sub-index ``subindex`` (0-based)."""
+        self.subindices_read.add(subindex + 1)
+        self.blocks_read += blocks
+        self.bytes_read += nbytes
 
     def to_dict(self) -> dict:
         return {"subindices_read": sorted(self.subindices_read), "blocks_read": self.blocks_read, "bytes_read": self.bytes_read}
@@ -52,6 +57,18 @@ class ArchiveReader:
             self.archive = open_readonly(path_or_archive) if readonly else Archive(path_or_archive)
         self.io = ReadStats()
 
+    def prepare_probes(self) -> None:
+        """Reads now what the first point probe of the current version would: the block
+        directory of every run (within the metadata cache's budget), and where each run file's
+        blocks lie on disk. For a process that serves probes, called once after opening (the
+        Flight server does), as RocksDB's open reads each table's index and filter blocks; later
+        versions are prepared by the update that commits them, or by their first probe."""
+        with self.archive.snapshot() as snap:
+            try:
+                snap.prepare_point_probes(read_metadata=True)
+            except (CorruptionError, OSError):
+                pass  # left for a read to report, in its own terms
+
     def close(self) -> None:
         if self._own:
             self.archive.close()
@@ -69,8 +86,20 @@ class ArchiveReader:
 
     def probe(self, key, as_of: int | None = None, subindices: list[int] | None = None,
               snapshot: Snapshot | None = None) -> pa.Table:
-        """Records with this key valid at ``as_of`` (default: the last update's time)."""
-        return self._collect(Probe((key,)), as_of, subindices, snapshot)
+        """Records with this key valid at ``as_of`` (default: the last update's time). An int key
+        of an int64-keyed archive is read in one native call (``Snapshot.probe``)."""
+        snap = snapshot if snapshot is not None else self.archive.snapshot()
+        try:  # not ``_use``: a generator-based context costs more than the native probe itself
+            got = snap.probe(key, as_of, subindices)
+            if got is None:
+                return self._collect(Probe((key,)), as_of, subindices, snap)
+        finally:
+            if snapshot is None:
+                snap.close()
+        table, searched = got
+        for subindex, blocks, nbytes in searched:
+            self.io.add(subindex, blocks, nbytes)
+        return table
 
     def probe_range(self, lo, hi, as_of: int | None = None, subindices: list[int] | None = None,
                     snapshot: Snapshot | None = None) -> pa.Table:

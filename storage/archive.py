@@ -26,6 +26,7 @@ from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionErr
 from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclusive_lock, write_durably
 from .layout import compress_slots
 from .metadata_cache import MetadataCache
+from .point_probe import ColumnLayout
 from .manifest import (
     FORMAT_VERSION, ArchiveState, SubIndexState, parse_config, parse_state, read_checkpoint, read_config_bytes,
     read_migrations, read_schema, read_state, read_state_bytes, read_update_records, write_config, write_state,
@@ -70,8 +71,12 @@ class Archive:
         self.metadata = MetadataCache()
         self._state_cache: tuple[bytes, ArchiveState] | None = None
         self._config_cache: tuple[bytes, ArchiveConfig] | None = None
+        self._version_cache: tuple | None = None  # (environment, transaction id, config, state)
         self._schema: pa.Schema | None = None
         self.physical_schema: pa.Schema | None = None  # ``_schema`` and the hidden columns
+        self.point_layout: ColumnLayout | None = None  # how point probes read it (int64 keys only)
+        # (state, ProbeRuns) of the current version for point probes (``Snapshot.probe``)
+        self.point_runs: tuple | None = None
         with self.env.begin() as txn:
             self._cached_config(txn)
 
@@ -121,6 +126,7 @@ class Archive:
 
     def close(self) -> None:
         if self.env is not None:
+            self.point_runs = None
             self.open_files.close()
             lmdb_env.release(self.env)
             self.env = None
@@ -165,14 +171,18 @@ class Archive:
         """After a commit, under the writer lock: publishes the new version if the run files
         have their own data directory (``published.publish``), reclaims replaced space that no
         reader, local or published, can reference (``recovery.collect_garbage``), parses the
-        new version once for the reads that follow, and lets go of the files of the runs it
-        replaced. Returns what was reclaimed."""
+        new version once for the reads that follow and prepares what its point probes need (as
+        RocksDB opens a compaction's output), and lets go of the files of the runs it replaced.
+        Returns what was reclaimed."""
         from .recovery import collect_garbage
 
         pinned = published.publish(self.env, self.data_dir, FORMAT_VERSION) if self.publishes else None
         done = collect_garbage(self.env, self.data_dir, pinned)
-        with self.env.begin() as txn:
-            self._cached_state(txn)
+        with self.snapshot() as snap:
+            try:
+                snap.prepare_point_probes()
+            except (CorruptionError, OSError):
+                pass  # the update committed: a damaged run is left for a read to report
         return done
 
     @contextmanager
@@ -224,14 +234,29 @@ class Archive:
         if self._state_cache is None or self._state_cache[0] != raw:
             state = parse_state(raw)
             self._state_cache = (raw, state)
+            self.point_runs = None  # holds the maps of the replaced version's runs
             self.open_files.retain(state.run_names())  # runs of older versions reopen if still read
         return self._state_cache[1]
+
+    def _cached_version(self, env: lmdb.Environment, txn) -> tuple[ArchiveConfig, ArchiveState]:
+        """The configuration and state of ``txn``'s version (a transaction of ``env``). Every
+        LMDB write transaction that commits gets a new id, so while the id is the one last seen
+        in ``env`` neither is read again: a probe opens its snapshot without reading metadata."""
+        seen = self._version_cache
+        if seen is not None and seen[0] is env and seen[1] == txn.id():
+            return seen[2], seen[3]
+        config, state = self._cached_config(txn), self._cached_state(txn)
+        self._version_cache = (env, txn.id(), config, state)
+        return config, state
 
     def _cached_schema(self, txn) -> pa.Schema | None:
         """The schema (fixed once the first load wrote it)."""
         if self._schema is None:
             self._schema = read_schema(txn)
-            self.physical_schema = physical_schema(self._schema) if self._schema is not None else None
+            if self._schema is not None:
+                cfg = self._cached_config(txn)
+                self.physical_schema = physical_schema(self._schema)
+                self.point_layout = ColumnLayout.of(self.physical_schema, cfg.key_column, cfg.ts_column, cfg.exp_column)
         return self._schema
 
     def checkpoint(self, name: str) -> bytes | None:
@@ -383,6 +408,7 @@ class PublishedArchive(Archive):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.point_runs = None
             self.open_files.close()
             self._env = None  # closes once the last snapshot on it is gone
 
@@ -412,7 +438,18 @@ class _PublishedSnapshot(Snapshot):
         try:
             yield from super().read(task)
         except CorruptionError:
-            if os.path.isdir(self._copy_dir):
-                raise
+            self._reclaimed()
+            raise
+
+    def probe(self, key, as_of=None, subindices=None):
+        try:
+            return super().probe(key, as_of, subindices)
+        except CorruptionError:
+            self._reclaimed()
+            raise
+
+    def _reclaimed(self) -> None:
+        """ReadError if this snapshot's version was reclaimed (the failure is not corruption)."""
+        if not os.path.isdir(self._copy_dir):
             raise ReadError(f"{self._archive.path}: the version this read started on (update {self.state.update_seq}) "
                             f"was reclaimed after {published.KEEP} newer updates were published; run the read again") from None

@@ -233,6 +233,11 @@ class MappedSource:
             raise CorruptionError(f"{what}: file ends before byte {offset + length}, its descriptor needs it")
         return self._map.slice(offset, length)
 
+    def native(self) -> tuple[mmap.mmap | None, int]:
+        """The map (None for an empty file) and the descriptor, for native code that reads the
+        map directly and checks the file's size itself (``point_probe``)."""
+        return self._mmap, self.fd
+
     def prefetch(self, offset: int, length: int) -> None:
         """Starts reading file bytes [offset, offset + length) into the page cache in one
         request (MADV_WILLNEED), so that touching them does not fault page by page."""

@@ -5,6 +5,7 @@ every later snapshot and update. The cache is bounded in bytes, not in runs: a d
 with its run (about 80 bytes a block, and 4 bytes a 4 KiB page of page sums), so a bound on the
 number of runs would let the memory a process holds grow with the archive. Page sums, most of a
 descriptor's bytes, are cached apart: only probes use them, so scans and updates never load them.
+Point probes of int64 keys also keep each run's descriptor as contiguous arrays (``RunArrays``).
 An entry larger than the whole budget is returned without being kept.
 """
 
@@ -16,6 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .manifest import read_page_sums, read_run
+from .point_probe import RunArrays
 from .run_descriptor import RunDescriptor
 
 DEFAULT_BYTES = 4 << 20  # LevelDB's block cache is 8 MB; ours holds only metadata
@@ -49,6 +51,20 @@ class MetadataCache:
         sums = read_page_sums(txn, name)
         self._put(("sums", name), sums, 64 + (sums.nbytes if sums is not None else 0))
         return sums
+
+    def run_arrays(self, txn, name: str) -> RunArrays:
+        """What a native point probe needs of run ``name`` (an int64-keyed archive's run)."""
+        hit = self._get(("arrays", name))
+        if hit is not None:
+            return hit[0]
+        arrays = RunArrays.of(self.descriptor(txn, name), self.page_sums(txn, name))
+        self._put(("arrays", name), arrays, arrays.nbytes)
+        return arrays
+
+    def holds_run_arrays(self, name: str) -> bool:
+        """Whether ``run_arrays(name)`` would read nothing from the metadata."""
+        with self._lock:
+            return ("arrays", name) in self._entries or (("run", name) in self._entries and ("sums", name) in self._entries)
 
     def adopt(self, desc: RunDescriptor) -> None:
         """Caches a run this process just committed, as its writer made it: the probes that

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .manifest import ArchiveState
+from .manifest import ArchiveState, SubIndexState
 from .run_descriptor import BlockEntry, RunDescriptor
 
 SCAN_TASK_BYTES = 64 << 20  # a scan task reads at most this much (one Spark partition)
@@ -60,7 +60,7 @@ class ReadTask:
     @property
     def where(self) -> str:
         """The sub-index, for messages: "sub-index I3" (or "... of draining layout 1")."""
-        return f"sub-index I{self.subindex + 1}" + (f" of draining layout {self.draining}" if self.draining else "")
+        return where(self.subindex, self.draining)
 
     @property
     def bytes(self) -> int:
@@ -69,6 +69,12 @@ class ReadTask:
     @property
     def keyed(self) -> bool:
         return bool(self.key_ranges)
+
+
+def where(subindex: int, draining: int) -> str:
+    """Sub-index ``subindex`` (0-based) of the current layout (``draining`` 0) or of the k-th
+    layout being drained, for messages."""
+    return f"sub-index I{subindex + 1}" + (f" of draining layout {draining}" if draining else "")
 
 
 def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], request: ReadRequest, as_of: int,
@@ -86,11 +92,8 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
         ranges = ((request.lo, request.hi),)
     else:
         ranges = ()
-    sources = [(0, i, state.subindices[i]) for i in (range(len(state.subindices)) if subindices is None else subindices)]
-    if subindices is None:  # every record is in exactly one layout, so nothing is read twice
-        sources += [(k, i, sub) for k, d in enumerate(state.draining, 1) for i, sub in enumerate(d.subindices)]
     tasks = []
-    for layout, i, sub in sources:
+    for layout, i, sub in sources(state, subindices):
         for run in sub.runs:
             if run.max_exp <= as_of:
                 continue
@@ -110,6 +113,17 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                 blocks = BlockEntry.all(tail[tail["max_exp"] > as_of])
                 tasks += [ReadTask(i, run.name, part, as_of, (), layout) for part in _split(blocks, SCAN_TASK_BYTES)]
     return tasks
+
+
+def sources(state: ArchiveState, subindices: list[int] | None) -> list[tuple[int, int, SubIndexState]]:
+    """(layout, sub-index, its state) of every sub-index a read searches: those of the current
+    layout (0) or just ``subindices`` of it, and unless sub-indices are named, those of every
+    layout being drained (k = 1, 2, ...). Every record is in exactly one layout, so nothing is
+    read twice."""
+    out = [(0, i, state.subindices[i]) for i in (range(len(state.subindices)) if subindices is None else subindices)]
+    if subindices is None:
+        out += [(k, i, sub) for k, d in enumerate(state.draining, 1) for i, sub in enumerate(d.subindices)]
+    return out
 
 
 def _inside(desc: RunDescriptor, b: int, ranges: tuple) -> bool:

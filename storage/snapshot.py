@@ -17,7 +17,9 @@ from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import ReadError
 from .manifest import ArchiveState
-from .read_plan import ReadRequest, ReadTask, plan
+from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
+from .point_probe import probe as point_probe
+from .read_plan import ReadRequest, ReadTask, plan, sources, where
 from .run_descriptor import RunDescriptor
 from .task_reader import execute, prefetch_heads
 
@@ -27,10 +29,12 @@ class Snapshot:
 
     def __init__(self, archive):
         self._archive = archive
-        self.txn = archive.env.begin(buffers=False)
+        env = archive.env
+        self.txn = env.begin(buffers=False)
         try:
-            self.config: ArchiveConfig = archive._cached_config(self.txn)
-            self.state: ArchiveState = archive._cached_state(self.txn)
+            self.config: ArchiveConfig
+            self.state: ArchiveState
+            self.config, self.state = archive._cached_version(env, self.txn)
             self.schema: pa.Schema | None = archive._cached_schema(self.txn)
         except BaseException:
             self.close()
@@ -72,6 +76,58 @@ class Snapshot:
         if self.schema is None:
             return []
         return plan(self.state, self.descriptor, request, t, subindices, self.page_sums)
+
+    def probe(self, key, as_of: int | None = None,
+              subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]] | None:
+        """The records of ``key`` valid at ``as_of`` ordered by (exp, ts), planned and read in
+        one native call (``point_probe``), and (sub-index, blocks, bytes) of each run searched;
+        None where that path does not apply (a string-keyed or empty archive, a key that is not
+        an int64): plan a ``Probe`` instead. Same answer, checks and errors as that plan."""
+        t = self.check_as_of(as_of)
+        layout = self._archive.point_layout
+        if layout is None or type(key) is not int or not -(1 << 63) <= key < (1 << 63):
+            return None
+        return point_probe(self._point_runs(layout, subindices), key, t, self.schema, f"archive {self._archive.path}")
+
+    def prepare_point_probes(self, read_metadata: bool = False) -> None:
+        """Prepares what point probes of this version need (each run's arrays and map) ahead of
+        the first one. Without ``read_metadata`` only from metadata in memory already (the update
+        that commits a version calls this, and reads no metadata of runs it did not write). With
+        it, reads the runs' descriptors and page sums if they fit the metadata cache's budget, and
+        asks for each run file's first page, so that the file system has read where the file's
+        blocks lie (``ArchiveReader.prepare_probes``)."""
+        layout, meta = self._archive.point_layout, self._archive.metadata
+        if layout is None:
+            return
+        runs = [run for _, _, sub in sources(self.state, None) for run in sub.runs]
+        if read_metadata:  # descriptors (~80 bytes a block) and page sums (4 bytes a 4 KiB page)
+            if sum(80 * r.blocks + r.bytes // 1024 for r in runs) > meta.limit:
+                return
+            for source in self._point_runs(layout, None).sources:
+                source.prefetch(0, 1)
+        elif all(meta.holds_run_arrays(r.name) for r in runs):
+            self._point_runs(layout, None)
+
+    def _point_runs(self, layout: ColumnLayout, subindices: list[int] | None) -> ProbeRuns:
+        """The runs a point probe searches (it skips those expired by its ``as_of``). Those of
+        every sub-index are kept for the archive's current version (``Archive.point_runs``)
+        while their arrays fit within the metadata cache's budget."""
+        archive = self._archive
+        kept = archive.point_runs
+        if subindices is None and kept is not None and kept[0] is self.state:
+            return kept[1]
+        meta, files = archive.metadata, archive.open_files
+        runs, maps, arrays, live = [], [], [], []
+        for draining, i, sub in sources(self.state, subindices):
+            for run in sub.runs:
+                runs.append(RunToProbe(i, where(i, draining), run.name))
+                maps.append(files.mapped(run.name))
+                arrays.append(meta.run_arrays(self.txn, run.name))
+                live.append((run.max_exp, run.first_live))
+        found = ProbeRuns.of(runs, maps, arrays, live, layout)
+        if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit and archive._state_cache[1] is self.state:
+            archive.point_runs = (self.state, found)
+        return found
 
     def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
         """Executes one task of this snapshot's plan (archive schema, valid records only)."""

@@ -664,8 +664,13 @@ PROTOCOL = """## Protocol
   a SQLite or LMDB probe took about 10 us alone and about 0.09 ms in the harness, and ebb's Rebuild2x2
   probe 0.26 ms and 0.53 ms. Probe ratios near 0.1 ms therefore understate how much faster those peers'
   probes are than ebb's. Opening a store is never timed: a cold probe starts after the store's open,
-  during which RocksDB loads its tables' index and filter blocks and ebb (since e5ad206) asks the kernel
-  to read its metadata file ahead (at most 64 MiB), so neither's cold probe pays for that metadata.
+  during which RocksDB loads its tables' index and filter blocks and ebb's store, like any process that
+  serves probes (the Flight server), calls `ArchiveReader.prepare_probes` (since the native point probe):
+  it reads the block directory and page sums of every run of the current version (within the 4 MiB
+  metadata cache) and one page of each run file, so that the file system knows where the file's blocks
+  lie; so neither's cold probe pays for that metadata. ebb's probe result, an Arrow table, has its `seq`
+  summed as Python ints, as SQLite's rows are (pyarrow's and numpy's reductions cost tens of
+  microseconds a call right after an update).
 - **Amplification**: write amplification = bytes written to disk during updates / bytes of new records;
   read amplification = bytes read from disk by a cold scan or probe / bytes of records it returned; space
   amplification = size on disk after the last update / bytes of live records. A cold probe's allowance

@@ -1,0 +1,901 @@
+/* Point probes of an integer key, executed in one call (ebb.storage._point_probe).
+ *
+ * A probe visits one or two blocks in each of a handful of runs. Driving that from Python costs
+ * a few hundred interpreter calls, several times what the search itself costs, so this module
+ * does the whole keyed read natively: it picks the blocks of each run that may hold the key
+ * (the same choice as read_plan.plan), decodes each block's Arrow IPC metadata in place in the
+ * run file's memory map, checks the page sum of every page before using a byte of it (as
+ * page_check does), finds the key's rows, keeps those valid at as_of, orders them by (exp, ts)
+ * and copies them into one Arrow record batch that pyarrow imports through the C data interface
+ * (storage/point_probe.py). A block that fails a check raises BlockError; nothing is returned.
+ * The work between reading the arguments and building the batch runs without the GIL.
+ *
+ * Page sums are the low 32 bits of XXH3-64 (checksum.page_sum), from the vendored xxhash.h.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include "xxhash.h"
+
+#define PAGE 4096
+#define IPC_PREFIX 8         /* continuation marker and metadata length */
+#define METADATA_GUESS 1024  /* about how many bytes of a block precede its first buffer */
+#define MAX_COLUMNS 4096
+
+enum { FIXED = 0, BOOL = 1, VARIABLE = 2 };
+
+static PyObject *BlockError;
+
+/* -- little-endian loads that tolerate any alignment ------------------------------------------ */
+static inline uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline int32_t ldi32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static inline int64_t ldi64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
+static inline uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+/* run_descriptor.BLOCK, packed little-endian: 56 bytes an entry */
+#define ENTRY_BYTES 56
+typedef struct { uint64_t offset; uint32_t length, rows; int64_t min_exp, max_exp, max_ts, slot; uint64_t checksum; } Entry;
+
+static Entry entry_at(const uint8_t *blocks, Py_ssize_t b) {
+    const uint8_t *p = blocks + b * ENTRY_BYTES;
+    Entry e = {ld64(p), ld32(p + 8), ld32(p + 12), ldi64(p + 16), ldi64(p + 24), ldi64(p + 32), ldi64(p + 40), ld64(p + 48)};
+    return e;
+}
+
+/* One column of a decoded block: where its buffers lie in the map (NULL validity: no nulls). */
+typedef struct { const uint8_t *validity, *values, *data; uint64_t data_len; } Column;
+
+/* One row to return: its block (candidate), its row, and what orders it. */
+typedef struct { Py_ssize_t block, row, seq; int64_t exp, ts; } Row;
+
+/* The stored schema (point_probe.ColumnLayout): each column's kind and width, where the key, ts
+ * and exp columns are, and how many leading columns a probe returns. */
+typedef struct {
+    int ncols, nout, key, ts, exp;
+    const int32_t *kind, *width;
+} Layout;
+
+/* -- errors ------------------------------------------------------------------------------------ */
+/* The first failure of a probe, raised as BlockError once the GIL is held again (or MemoryError). */
+typedef struct { Py_ssize_t run; int64_t offset; int nomem; char msg[240]; } Error;
+
+static int fail(Error *err, Py_ssize_t run, int64_t offset, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    err->run = run;
+    err->offset = offset;
+    return -1;
+}
+
+static int no_memory(Error *err) {
+    err->nomem = 1;
+    return -1;
+}
+
+static PyObject *raise(const Error *err) {
+    if (err->nomem)
+        return PyErr_NoMemory();
+    PyObject *args = Py_BuildValue("(nLs)", err->run, (long long)err->offset, err->msg);
+    if (args != NULL) {
+        PyErr_SetObject(BlockError, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+/* -- page checks ------------------------------------------------------------------------------- */
+typedef struct {
+    const uint8_t *p;       /* the block in the map */
+    uint64_t len;
+    const uint32_t *sums;   /* one per page, or NULL: the whole block was checked */
+    uint8_t *checked;       /* per page */
+    Py_ssize_t run;
+    uint64_t offset;        /* of the block in its file, for messages */
+    Error *err;
+} Block;
+
+/* Makes room for item ``n`` of the array ``*items`` of ``*cap`` items of ``size`` bytes (doubling
+ * it when full); -1 if out of memory. */
+static int grow(void *items, Py_ssize_t n, Py_ssize_t *cap, size_t size, Error *err) {
+    if (n < *cap)
+        return 0;
+    Py_ssize_t more = *cap ? 2 * *cap : 16;
+    void *p = realloc(*(void **)items, (size_t)more * size);
+    if (p == NULL)
+        return no_memory(err);
+    *(void **)items = p;
+    *cap = more;
+    return 0;
+}
+
+/* Ranges of the maps to read ahead (MADV_WILLNEED), advised together: on a cold cache the reads
+ * of every block are then in flight at once. */
+typedef struct { struct iovec *v; Py_ssize_t n, cap; } Ahead;
+
+static int ahead_add(Ahead *A, const uint8_t *from, const uint8_t *to, Error *err) {
+    uintptr_t a = (uintptr_t)from & ~(uintptr_t)(PAGE - 1);
+    if ((uintptr_t)to <= a)
+        return 0;
+    if (grow(&A->v, A->n, &A->cap, sizeof(struct iovec), err) < 0)
+        return -1;
+    A->v[A->n++] = (struct iovec){(void *)a, (uintptr_t)to - a};
+    return 0;
+}
+
+static int self_pidfd = -1;  /* for process_madvise; opened with the GIL held (``open_pidfd``) */
+static pid_t self_pid = 0;
+
+static void open_pidfd(void) {
+    pid_t pid = getpid();
+    if (pid == self_pid)
+        return;
+    if (self_pidfd >= 0)
+        close(self_pidfd);  /* a forked child: the parent's */
+    self_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    self_pid = pid;
+}
+
+/* Asks for every range at once: one process_madvise where the kernel allows it (Linux 5.10 on,
+ * with the rights it wants), else one madvise a range. Only advice, so failures are ignored;
+ * and skipped if the first range's first page is in memory already, taken as a sign that the
+ * cache is warm (advice on resident pages costs more than the probe's own reads). */
+static void ahead_flush(Ahead *A) {
+    Py_ssize_t done = 0;
+    unsigned char resident = 0;
+    if (A->n && mincore(A->v[0].iov_base, 1, &resident) == 0 && (resident & 1))
+        done = A->n;
+    if (self_pidfd >= 0)
+        while (done < A->n) {
+            Py_ssize_t n = A->n - done < IOV_MAX ? A->n - done : IOV_MAX;
+            if (syscall(SYS_process_madvise, self_pidfd, A->v + done, (size_t)n, MADV_WILLNEED, 0) < 0)
+                break;
+            done += n;
+        }
+    for (; done < A->n; done++)
+        madvise(A->v[done].iov_base, A->v[done].iov_len, MADV_WILLNEED);
+    A->n = 0;
+}
+
+/* Checks the pages holding block bytes [start, stop) (each once); -1 (error set) if one fails
+ * its sum or the span lies outside the block. */
+static int check_span(Block *b, uint64_t start, uint64_t stop) {
+    if (start >= stop)
+        return 0;
+    if (stop > b->len)
+        return fail(b->err, b->run, b->offset, "bytes %llu-%llu lie outside the block", (unsigned long long)start,
+                    (unsigned long long)stop);
+    if (b->sums == NULL)
+        return 0;
+    uint64_t first = start / PAGE, last = (stop - 1) / PAGE;
+    for (uint64_t pg = first; pg <= last; pg++) {
+        if (b->checked[pg])
+            continue;
+        uint64_t at = pg * PAGE, n = b->len - at < PAGE ? b->len - at : PAGE;
+        if ((uint32_t)XXH3_64bits(b->p + at, n) != b->sums[pg])
+            return fail(b->err, b->run, b->offset, "page %llu fails its checksum", (unsigned long long)pg);
+        b->checked[pg] = 1;
+    }
+    return 0;
+}
+
+/* -- the block's IPC metadata (a flatbuffer Message holding a RecordBatch) ----------------------- */
+typedef struct { const uint8_t *m; uint64_t n; } Flat;
+
+/* The position of table field ``i`` (0 if absent), or -1 if the table does not fit. */
+static int64_t field(Flat f, uint64_t table, int i) {
+    if (table + 4 > f.n)
+        return -1;
+    int64_t vt = (int64_t)table - ldi32(f.m + table);
+    if (vt < 0 || (uint64_t)vt + 4 > f.n)
+        return -1;
+    uint16_t vsize = ld16(f.m + vt);
+    if ((uint64_t)vt + vsize > f.n)
+        return -1;
+    if (4 + 2 * i + 2 > vsize)
+        return 0;
+    uint16_t off = ld16(f.m + vt + 4 + 2 * i);
+    if (off == 0)
+        return 0;
+    return table + off >= f.n ? -1 : (int64_t)(table + off);
+}
+
+/* The target of the offset stored at ``at`` (a table or vector), or -1 if outside. */
+static int64_t deref(Flat f, int64_t at) {
+    if (at <= 0 || (uint64_t)at + 4 > f.n)
+        return -1;
+    uint64_t t = (uint64_t)at + ld32(f.m + at);
+    return t + 4 > f.n ? -1 : (int64_t)t;
+}
+
+/* The elements of the vector of 16-byte structs at table field ``i``: their count, or -1. */
+static int64_t struct_vector(Flat f, uint64_t table, int i, const uint8_t **items) {
+    int64_t at = field(f, table, i);
+    if (at <= 0)
+        return -1;
+    int64_t v = deref(f, at);
+    if (v < 0)
+        return -1;
+    uint64_t count = ld32(f.m + v);
+    if (v + 4 + count * 16 > f.n)
+        return -1;
+    *items = f.m + v + 4;
+    return (int64_t)count;
+}
+
+/* Decodes block ``b`` (``rows`` rows) into ``cols`` after checking its metadata pages and every
+ * buffer's bounds; no column value is checked yet. */
+static int decode(Block *b, const Layout *L, uint32_t rows, Column *cols) {
+    if (check_span(b, 0, IPC_PREFIX) < 0)
+        return -1;
+    int32_t meta = ldi32(b->p + 4);
+    if (ld32(b->p) != 0xFFFFFFFFu || meta <= 0 || (uint64_t)meta > b->len - IPC_PREFIX)
+        return fail(b->err, b->run, b->offset, "metadata length %d does not fit the block", meta);
+    if (check_span(b, 0, IPC_PREFIX + (uint64_t)meta) < 0)
+        return -1;
+    Flat f = {b->p + IPC_PREFIX, (uint64_t)meta};
+    if (f.n < 4)
+        return fail(b->err, b->run, b->offset, "cannot be decoded (metadata too short)");
+    uint64_t msg = ld32(f.m);
+    int64_t type_at = field(f, msg, 1), header_at = field(f, msg, 2);
+    if (type_at <= 0 || f.m[type_at] != 3 /* RecordBatch */ || header_at <= 0)
+        return fail(b->err, b->run, b->offset, "cannot be decoded (not a record batch)");
+    int64_t rb = deref(f, header_at);
+    int64_t length_at = rb < 0 ? -1 : field(f, rb, 0);
+    if (length_at <= 0 || length_at + 8 > (int64_t)f.n)
+        return fail(b->err, b->run, b->offset, "cannot be decoded (no row count)");
+    if (ldi64(f.m + length_at) != (int64_t)rows)
+        return fail(b->err, b->run, b->offset, "holds %lld rows, its descriptor says %u", (long long)ldi64(f.m + length_at), rows);
+    if (field(f, rb, 3) != 0)
+        return fail(b->err, b->run, b->offset, "cannot be decoded (compressed buffers)");
+    const uint8_t *nodes, *bufs;
+    int64_t nn = struct_vector(f, rb, 1, &nodes), nb = struct_vector(f, rb, 2, &bufs);
+    int want = 0;
+    for (int c = 0; c < L->ncols; c++)
+        want += L->kind[c] == VARIABLE ? 3 : 2;
+    if (nn != L->ncols || nb != want)
+        return fail(b->err, b->run, b->offset, "cannot be decoded (%lld columns, %lld buffers)", (long long)nn, (long long)nb);
+    uint64_t body = IPC_PREFIX + (uint64_t)meta, space = b->len - body;
+    int j = 0;
+    for (int c = 0; c < L->ncols; c++) {
+        int64_t length = ldi64(nodes + 16 * c), nulls = ldi64(nodes + 16 * c + 8);
+        if (length != (int64_t)rows || nulls < 0 || nulls > length)
+            return fail(b->err, b->run, b->offset, "cannot be decoded (column %d: %lld rows, %lld nulls)", c, (long long)length,
+                        (long long)nulls);
+        int nbuf = L->kind[c] == VARIABLE ? 3 : 2;
+        const uint8_t *at[3];
+        uint64_t len[3];
+        for (int k = 0; k < nbuf; k++, j++) {
+            int64_t off = ldi64(bufs + 16 * j), n = ldi64(bufs + 16 * j + 8);
+            if (off < 0 || n < 0 || (uint64_t)off > space || (uint64_t)n > space - (uint64_t)off)
+                return fail(b->err, b->run, b->offset, "cannot be decoded (buffer %d outside the block)", j);
+            at[k] = b->p + body + off;
+            len[k] = (uint64_t)n;
+        }
+        uint64_t need = L->kind[c] == FIXED ? (uint64_t)L->width[c] * rows
+                      : L->kind[c] == BOOL ? (rows + 7) / 8 : 4 * ((uint64_t)rows + 1);
+        if (len[1] < need || (len[0] == 0 && nulls) || (len[0] && len[0] < (rows + 7) / 8))
+            return fail(b->err, b->run, b->offset, "cannot be decoded (column %d's buffers are too short)", c);
+        if (nulls && (c == L->key || c == L->ts || c == L->exp))
+            return fail(b->err, b->run, b->offset, "cannot be decoded (nulls in column %d)", c);
+        cols[c].validity = len[0] ? at[0] : NULL;
+        cols[c].values = at[1];
+        cols[c].data = nbuf == 3 ? at[2] : NULL;
+        cols[c].data_len = nbuf == 3 ? len[2] : 0;
+    }
+    return 0;
+}
+
+static inline uint64_t in_block(const Block *b, const uint8_t *p) { return (uint64_t)(p - b->p); }
+
+/* Checks the bytes of rows [a, z) of column ``c`` (and of its string data). */
+static int check_rows(Block *b, const Layout *L, const Column *col, int c, uint64_t a, uint64_t z) {
+    if (col->validity && check_span(b, in_block(b, col->validity) + a / 8, in_block(b, col->validity) + (z + 7) / 8) < 0)
+        return -1;
+    uint64_t v = in_block(b, col->values);
+    if (L->kind[c] == FIXED)
+        return check_span(b, v + (uint64_t)L->width[c] * a, v + (uint64_t)L->width[c] * z);
+    if (L->kind[c] == BOOL)
+        return check_span(b, v + a / 8, v + (z + 7) / 8);
+    if (check_span(b, v + 4 * a, v + 4 * (z + 1)) < 0)
+        return -1;
+    int32_t lo = ldi32(col->values + 4 * a), hi = ldi32(col->values + 4 * z);
+    if (lo < 0 || hi < lo || (uint64_t)hi > col->data_len)
+        return fail(b->err, b->run, b->offset, "cannot be decoded (column %d's offsets %d-%d)", c, lo, hi);
+    for (uint64_t r = a; r < z; r++)
+        if (ldi32(col->values + 4 * r + 4) < ldi32(col->values + 4 * r))
+            return fail(b->err, b->run, b->offset, "cannot be decoded (column %d's offsets decrease)", c);
+    uint64_t d = in_block(b, col->data);
+    return check_span(b, d + (uint64_t)lo, d + (uint64_t)hi);
+}
+
+/* The key of row ``row``, after checking the page it lies in: a search checks only the pages it
+ * reads, not the whole key column. */
+static int key_at(Block *b, const Column *k, uint64_t row, int64_t *key) {
+    uint64_t at = in_block(b, k->values) + 8 * row;
+    if (b->sums != NULL && !(b->checked[at / PAGE] && b->checked[(at + 7) / PAGE]) && check_span(b, at, at + 8) < 0)
+        return -1;
+    *key = ldi64(k->values + 8 * row);
+    return 0;
+}
+
+/* The first row (of ``rows``, sorted by key) whose key is >= ``key`` (``after``: > ``key``),
+ * galloping out from row ``guess`` and then bisecting, so that a good guess reads a page or two. */
+static int search(Block *b, const Column *k, uint64_t rows, int64_t key, uint64_t guess, int after, uint64_t *out) {
+    uint64_t lo, hi, step = 1;  /* rows before lo are below the bound, rows from hi on are not */
+    int64_t x;
+    if (rows == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (guess >= rows)
+        guess = rows - 1;
+    if (key_at(b, k, guess, &x) < 0)
+        return -1;
+    if (x > key || (!after && x == key)) {
+        for (hi = guess, lo = 0; hi >= step; step *= 2) {
+            if (key_at(b, k, hi - step, &x) < 0)
+                return -1;
+            if (!(x > key || (!after && x == key))) {
+                lo = hi - step + 1;
+                break;
+            }
+            hi -= step;
+        }
+    } else {
+        for (lo = guess + 1, hi = rows; lo - 1 + step < rows; step *= 2) {
+            if (key_at(b, k, lo - 1 + step, &x) < 0)
+                return -1;
+            if (x > key || (!after && x == key)) {
+                hi = lo - 1 + step;
+                break;
+            }
+            lo += step;
+        }
+    }
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (key_at(b, k, mid, &x) < 0)
+            return -1;
+        if (x > key || (!after && x == key)) hi = mid; else lo = mid + 1;
+    }
+    *out = lo;
+    return 0;
+}
+
+/* Rows [*a, *z) of the block (sorted by key) whose key is ``key``, searched from row ``guess``. */
+static int key_rows(Block *b, const Layout *L, const Column *cols, uint32_t rows, int64_t key, uint64_t guess,
+                    uint64_t *a, uint64_t *z) {
+    if (search(b, &cols[L->key], rows, key, guess, 0, a) < 0)
+        return -1;
+    return search(b, &cols[L->key], rows, key, *a, 1, z);
+}
+
+/* -- the runs ---------------------------------------------------------------------------------- */
+/* What the caller passes for each run (a tuple built by point_probe.ProbeRuns.of), as buffers. */
+typedef struct {
+    Py_buffer map, first, last, blocks, sections, page_start, sums;
+    int have_map, have_sums, nbuf;
+    int fd;
+    int64_t max_exp, first_live;
+} Run;
+
+static void release_run(Run *r) {
+    Py_buffer *all[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums};
+    for (int i = 0; i < r->nbuf; i++)
+        PyBuffer_Release(all[i]);
+    if (r->have_map)
+        PyBuffer_Release(&r->map);
+}
+
+static int open_run(PyObject *t, Run *r) {
+    PyObject *map, *first, *last, *blocks, *sections, *page_start, *sums;
+    long long max_exp, first_live;
+    memset(r, 0, sizeof *r);
+    if (!PyArg_ParseTuple(t, "OiLLOOOOOO", &map, &r->fd, &max_exp, &first_live, &first, &last, &blocks, &sections,
+                          &page_start, &sums))
+        return -1;
+    r->max_exp = max_exp;
+    r->first_live = first_live;
+    PyObject *objs[] = {first, last, blocks, sections, page_start, sums};
+    Py_buffer *bufs[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums};
+    for (int i = 0; i < 6; i++) {
+        if (i == 5 && sums == Py_None)
+            break;
+        if (PyObject_GetBuffer(objs[i], bufs[i], PyBUF_C_CONTIGUOUS) < 0)
+            return -1;
+        r->nbuf++;
+    }
+    r->have_sums = sums != Py_None;
+    if (map != Py_None) {
+        if (PyObject_GetBuffer(map, &r->map, PyBUF_SIMPLE) < 0)
+            return -1;
+        r->have_map = 1;
+    }
+    return 0;
+}
+
+/* First index in [a, b) of the sorted int64 ``v`` whose value is >= key (``after``: > key). */
+static Py_ssize_t bisect(const uint8_t *v, Py_ssize_t a, Py_ssize_t b, int64_t key, int after) {
+    while (a < b) {
+        Py_ssize_t mid = (a + b) / 2;
+        int64_t x = ldi64(v + 8 * mid);
+        if (x < key || (after && x == key)) a = mid + 1; else b = mid;
+    }
+    return a;
+}
+
+static int compare_rows(const void *x, const void *y) {
+    const Row *a = x, *b = y;
+    if (a->exp != b->exp) return a->exp < b->exp ? -1 : 1;
+    if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* -- the probe --------------------------------------------------------------------------------- */
+/* A block to search: where it is, then (once decoded) its columns and the key's rows [a, z). */
+typedef struct {
+    Py_ssize_t run, index;
+    Entry e;
+    Block b;
+    uint64_t guess;  /* the row where the key would be if the block's keys were spread evenly */
+    Column *cols;
+    uint64_t a, z;
+} Candidate;
+
+typedef struct {
+    Candidate *cand;
+    Row *rows;
+    Py_ssize_t ncand, nrows;
+    int64_t *seen, *bytes;  /* per run: blocks searched and their bytes */
+    Ahead ahead;
+} Probe;
+
+static void free_probe(Probe *P) {
+    for (Py_ssize_t k = 0; k < P->ncand; k++) {
+        free(P->cand[k].cols);
+        free(P->cand[k].b.checked);
+    }
+    free(P->cand);
+    free(P->rows);
+    free(P->seen);
+    free(P->bytes);
+    free(P->ahead.v);
+}
+
+/* The live blocks of each run whose key range holds ``key`` (read_plan.plan's choice). */
+static int plan(Probe *P, Run *runs, Py_ssize_t nruns, int64_t key, int64_t as_of, Error *err) {
+    Py_ssize_t cap = 0;
+    for (Py_ssize_t i = 0; i < nruns; i++) {
+        Run *r = &runs[i];
+        if (r->max_exp <= as_of)
+            continue;
+        Py_ssize_t nblocks = r->blocks.len / ENTRY_BYTES, nsec = r->sections.len / 8;
+        for (Py_ssize_t s = 0; s + 1 < nsec; s++) {
+            Py_ssize_t a = ldi64((uint8_t *)r->sections.buf + 8 * s), b = ldi64((uint8_t *)r->sections.buf + 8 * s + 8);
+            if (a < r->first_live) a = r->first_live;
+            if (b > nblocks) b = nblocks;
+            if (a >= b)
+                continue;
+            Py_ssize_t start = bisect(r->last.buf, a, b, key, 0), stop = bisect(r->first.buf, a, b, key, 1);
+            for (Py_ssize_t blk = start; blk < stop; blk++) {
+                Entry e = entry_at(r->blocks.buf, blk);
+                if (e.max_exp <= as_of)
+                    continue;
+                if (grow(&P->cand, P->ncand, &cap, sizeof(Candidate), err) < 0)
+                    return -1;
+                P->cand[P->ncand++] = (Candidate){.run = i, .index = blk, .e = e};
+                P->seen[i]++;
+                P->bytes[i] += e.length;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Checks that every candidate block lies inside its file as it is now (touching a page past the
+ * end of a file would kill the process) and has its page sums, then asks for what a search of
+ * each block reads first, all at once, so that a cold cache reads the blocks of every run in
+ * parallel: the metadata page and, when only fixed-width columns precede the key column, the
+ * pages about where the key should be. */
+static int prepare(Probe *P, Run *runs, const Layout *L, int64_t key, Error *err) {
+    int variable_first = 0;
+    for (int c = 0; c <= L->key; c++)
+        variable_first |= L->kind[c] == VARIABLE;
+    for (Py_ssize_t k = 0; k < P->ncand; k++) {
+        Candidate *C = &P->cand[k];
+        Run *r = &runs[C->run];
+        Entry e = C->e;
+        struct stat st;
+        uint64_t end = e.offset + e.length;
+        if (!r->have_map || fstat(r->fd, &st) < 0 || end > (uint64_t)st.st_size || end > (uint64_t)r->map.len)
+            return fail(err, C->run, (int64_t)e.offset, "file ends before byte %llu, its descriptor needs it",
+                        (unsigned long long)end);
+        C->b = (Block){(uint8_t *)r->map.buf + e.offset, e.length, NULL, NULL, C->run, e.offset, err};
+        uint64_t head = e.length;
+        if (r->have_sums) {
+            uint64_t npages = ((uint64_t)e.length + PAGE - 1) / PAGE;
+            int64_t p0 = ldi64((uint8_t *)r->page_start.buf + 8 * C->index);
+            int64_t p1 = ldi64((uint8_t *)r->page_start.buf + 8 * C->index + 8);
+            if (p0 < 0 || p1 - p0 != (int64_t)npages || (uint64_t)p1 * 4 > (uint64_t)r->sums.len)
+                return fail(err, C->run, (int64_t)e.offset, "has %lld page sums for %u bytes", (long long)(p1 - p0), e.length);
+            C->b.sums = (const uint32_t *)r->sums.buf + p0;
+            C->b.checked = calloc(npages ? npages : 1, 1);
+            if (C->b.checked == NULL)
+                return no_memory(err);
+            head = e.length < PAGE ? e.length : PAGE;
+        }
+        int64_t first = ldi64((uint8_t *)r->first.buf + 8 * C->index), last = ldi64((uint8_t *)r->last.buf + 8 * C->index);
+        double f = last > first ? ((double)key - (double)first) / ((double)last - (double)first) : 0.0;
+        C->guess = e.rows ? (uint64_t)((f < 0 ? 0 : f > 1 ? 1 : f) * (e.rows - 1)) : 0;
+        if (ahead_add(&P->ahead, C->b.p, C->b.p + head, err) < 0)
+            return -1;
+        if (head < e.length && !variable_first) {
+            uint64_t at = METADATA_GUESS + 8 * C->guess;  /* buffers are padded to 64 bytes */
+            for (int c = 0; c < L->key; c++)
+                at += (L->kind[c] == BOOL ? ((uint64_t)e.rows + 7) / 8 : (uint64_t)L->width[c] * e.rows) + 64;
+            uint64_t lo = at > PAGE ? at - PAGE : 0, hi = at + PAGE < e.length ? at + PAGE : e.length;
+            if (lo < hi && ahead_add(&P->ahead, C->b.p + lo, C->b.p + hi, err) < 0)
+                return -1;
+        }
+    }
+    ahead_flush(&P->ahead);
+    return 0;
+}
+
+/* Decodes each candidate block in place and finds the key's rows in it (a block without page sums
+ * is checked whole first). Then asks, for all blocks at once, for the found rows of every other
+ * returned column. */
+static int search_blocks(Probe *P, const Layout *L, int64_t key, Error *err) {
+    for (Py_ssize_t k = 0; k < P->ncand; k++) {
+        Candidate *C = &P->cand[k];
+        Block *b = &C->b;
+        if (b->sums == NULL && XXH3_64bits(b->p, b->len) != C->e.checksum)
+            return fail(err, b->run, (int64_t)C->e.offset, "fails its checksum");
+        C->cols = calloc(L->ncols, sizeof(Column));
+        if (C->cols == NULL)
+            return no_memory(err);
+        if (decode(b, L, C->e.rows, C->cols) < 0 || key_rows(b, L, C->cols, C->e.rows, key, C->guess, &C->a, &C->z) < 0)
+            return -1;
+        for (int c = 0; c < L->nout && C->z > C->a && b->sums != NULL; c++) {
+            const Column *col = &C->cols[c];
+            uint64_t a = C->a, z = C->z, rows = C->e.rows;
+            if (c == L->key)
+                continue;  /* the search has read these */
+            if (col->validity && ahead_add(&P->ahead, col->validity + a / 8, col->validity + (z + 7) / 8, err) < 0)
+                return -1;
+            int r;
+            if (L->kind[c] == FIXED)
+                r = ahead_add(&P->ahead, col->values + (uint64_t)L->width[c] * a, col->values + (uint64_t)L->width[c] * z, err);
+            else if (L->kind[c] == BOOL)
+                r = ahead_add(&P->ahead, col->values + a / 8, col->values + (z + 7) / 8, err);
+            else {  /* the offsets, and about where the rows' strings are (known once the offsets are read) */
+                uint64_t at = rows ? col->data_len * a / rows : 0;
+                r = ahead_add(&P->ahead, col->values + 4 * a, col->values + 4 * (z + 1), err);
+                if (r == 0 && col->data_len)
+                    r = ahead_add(&P->ahead, col->data + (at > PAGE ? at - PAGE : 0),
+                                  col->data + (at + PAGE < col->data_len ? at + PAGE : col->data_len), err);
+            }
+            if (r < 0)
+                return -1;
+        }
+    }
+    ahead_flush(&P->ahead);
+    return 0;
+}
+
+/* Checks the found rows of every returned column and keeps those valid at ``as_of``, ordered. */
+static int collect(Probe *P, const Layout *L, int64_t as_of, Error *err) {
+    Py_ssize_t cap = 0;
+    for (Py_ssize_t k = 0; k < P->ncand; k++) {
+        Candidate *C = &P->cand[k];
+        for (int c = 0; c < L->nout && C->z > C->a; c++)
+            if (check_rows(&C->b, L, &C->cols[c], c, C->a, C->z) < 0)
+                return -1;
+        for (uint64_t row = C->a; row < C->z; row++) {
+            int64_t ts = ldi64(C->cols[L->ts].values + 8 * row), exp = ldi64(C->cols[L->exp].values + 8 * row);
+            if (!(ts <= as_of && as_of < exp))
+                continue;
+            if (grow(&P->rows, P->nrows, &cap, sizeof(Row), err) < 0)
+                return -1;
+            P->rows[P->nrows] = (Row){k, (Py_ssize_t)row, P->nrows, exp, ts};
+            P->nrows++;
+        }
+    }
+    if (P->nrows > 1)  /* one key: (key, exp, ts) order is (exp, ts) order */
+        qsort(P->rows, P->nrows, sizeof(Row), compare_rows);
+    return 0;
+}
+
+/* -- output: an Arrow C data interface record batch ---------------------------------------------- */
+struct ArrowArray {  /* as the Arrow C data interface defines it */
+    int64_t length, null_count, offset, n_buffers, n_children;
+    const void **buffers;
+    struct ArrowArray **children, *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+static void release_child(struct ArrowArray *a) { a->release = NULL; }  /* freed with its parent */
+
+static void release_batch(struct ArrowArray *a) {
+    free(a->private_data);  /* one allocation holds the structs and every buffer */
+    a->release = NULL;
+}
+
+static inline int bit(const uint8_t *bits, Py_ssize_t i) { return (bits[i >> 3] >> (i & 7)) & 1; }
+
+static inline uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
+
+/* Bytes of column ``c``'s validity (0: no nulls), values (or offsets) and string data for ``rows``. */
+static void sizes(const Layout *L, int c, const Candidate *cand, const Row *rows, Py_ssize_t n, uint64_t size[3],
+                  int64_t *nulls) {
+    *nulls = 0;
+    size[2] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Column *col = &cand[rows[i].block].cols[c];
+        *nulls += col->validity && !bit(col->validity, rows[i].row);
+        if (L->kind[c] == VARIABLE)
+            size[2] += (uint64_t)(ldi32(col->values + 4 * rows[i].row + 4) - ldi32(col->values + 4 * rows[i].row));
+    }
+    size[0] = *nulls ? ((uint64_t)n + 7) / 8 : 0;
+    size[1] = L->kind[c] == FIXED ? (uint64_t)n * L->width[c] : L->kind[c] == BOOL ? ((uint64_t)n + 7) / 8 : 4 * ((uint64_t)n + 1);
+}
+
+/* Copies column ``c`` of ``rows`` into ``buf`` (validity, values or offsets, data; sized by ``sizes``). */
+static void gather(const Layout *L, int c, const Candidate *cand, const Row *rows, Py_ssize_t n, uint8_t *buf[3]) {
+    if (buf[0] != NULL) {
+        memset(buf[0], 0, ((uint64_t)n + 7) / 8);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const Column *col = &cand[rows[i].block].cols[c];
+            if (!col->validity || bit(col->validity, rows[i].row))
+                buf[0][i >> 3] |= (uint8_t)(1 << (i & 7));
+        }
+    }
+    if (L->kind[c] == FIXED) {
+        Py_ssize_t w = L->width[c];
+        for (Py_ssize_t i = 0; i < n; i++)
+            memcpy(buf[1] + i * w, cand[rows[i].block].cols[c].values + rows[i].row * w, w);
+    } else if (L->kind[c] == BOOL) {
+        memset(buf[1], 0, ((uint64_t)n + 7) / 8);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (bit(cand[rows[i].block].cols[c].values, rows[i].row))
+                buf[1][i >> 3] |= (uint8_t)(1 << (i & 7));
+    } else {
+        int32_t at = 0;
+        memcpy(buf[1], &at, 4);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const Column *col = &cand[rows[i].block].cols[c];
+            int32_t lo = ldi32(col->values + 4 * rows[i].row), hi = ldi32(col->values + 4 * rows[i].row + 4);
+            memcpy(buf[2] + at, col->data + lo, hi - lo);
+            at += hi - lo;
+            memcpy(buf[1] + 4 * (i + 1), &at, 4);
+        }
+    }
+}
+
+/* The returned columns of ``rows`` as a record batch in one allocation, or NULL (a Python
+ * exception set: called with the GIL held). */
+static struct ArrowArray *batch(const Layout *L, const Candidate *cand, const Row *rows, Py_ssize_t n) {
+    int nc = L->nout;
+    uint64_t total = align64(sizeof(struct ArrowArray) * (1 + (uint64_t)nc) + sizeof(void *) * (1 + 4 * (uint64_t)nc));
+    for (int c = 0; c < nc; c++) {
+        uint64_t size[3];
+        int64_t nulls;
+        sizes(L, c, cand, rows, n, size, &nulls);
+        if (size[2] > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "a probe's result is too large for one string column");
+            return NULL;
+        }
+        total += align64(size[0]) + align64(size[1]) + align64(size[2]);
+    }
+    uint8_t *mem = aligned_alloc(64, align64(total));
+    if (mem == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    struct ArrowArray *top = (struct ArrowArray *)mem, *kids = top + 1;
+    struct ArrowArray **kid_ptrs = (struct ArrowArray **)(kids + nc);
+    const void **bufs = (const void **)(kid_ptrs + nc);  /* the batch's one (absent) buffer, then 3 a column */
+    uint8_t *at = mem + align64(sizeof(struct ArrowArray) * (1 + (uint64_t)nc) + sizeof(void *) * (1 + 4 * (uint64_t)nc));
+    bufs[0] = NULL;
+    *top = (struct ArrowArray){n, 0, 0, 1, nc, bufs, kid_ptrs, NULL, release_batch, mem};
+    for (int c = 0; c < nc; c++) {
+        uint64_t size[3];
+        int64_t nulls;
+        uint8_t *b[3];
+        sizes(L, c, cand, rows, n, size, &nulls);
+        for (int k = 0; k < 3; k++) {
+            b[k] = k == 0 && !nulls ? NULL : at;
+            at += align64(size[k]);
+        }
+        gather(L, c, cand, rows, n, b);
+        const void **cb = bufs + 1 + 3 * c;
+        cb[0] = b[0], cb[1] = b[1], cb[2] = b[2];
+        kid_ptrs[c] = &kids[c];
+        kids[c] = (struct ArrowArray){n, nulls, 0, L->kind[c] == VARIABLE ? 3 : 2, 0, cb, NULL, NULL, release_child, NULL};
+    }
+    return top;
+}
+
+/* -- the module's functions --------------------------------------------------------------------- */
+/* The runs of one version and the schema's layout, with every array and map held (exported) for
+ * as long as the set lives: a probe then parses nothing. */
+typedef struct {
+    Run *runs;
+    Py_ssize_t nruns;
+    Layout L;
+    Py_buffer kind_buf, width_buf;
+} RunSet;
+
+#define RUNSET "ebb.point_probe.RunSet"
+
+static void free_runset(RunSet *S) {
+    for (Py_ssize_t i = 0; i < S->nruns; i++)
+        release_run(&S->runs[i]);
+    PyMem_Free(S->runs);
+    if (S->kind_buf.obj) PyBuffer_Release(&S->kind_buf);
+    if (S->width_buf.obj) PyBuffer_Release(&S->width_buf);
+    PyMem_Free(S);
+}
+
+static void destroy_runset(PyObject *capsule) { free_runset(PyCapsule_GetPointer(capsule, RUNSET)); }
+
+static PyObject *run_set(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *runs_obj, *kind_obj, *width_obj;
+    RunSet *S = PyMem_Calloc(1, sizeof(RunSet));
+    if (S == NULL)
+        return PyErr_NoMemory();
+    Layout *L = &S->L;
+    if (!PyArg_ParseTuple(args, "OOOiiii", &runs_obj, &kind_obj, &width_obj, &L->key, &L->ts, &L->exp, &L->nout))
+        goto fail;
+    if (PyObject_GetBuffer(kind_obj, &S->kind_buf, PyBUF_C_CONTIGUOUS) < 0 ||
+        PyObject_GetBuffer(width_obj, &S->width_buf, PyBUF_C_CONTIGUOUS) < 0)
+        goto fail;
+    L->ncols = (int)(S->kind_buf.len / 4);
+    L->kind = S->kind_buf.buf;
+    L->width = S->width_buf.buf;
+    if (L->ncols < 1 || L->ncols > MAX_COLUMNS || S->width_buf.len != S->kind_buf.len || L->nout < 1 ||
+        L->nout > L->ncols || L->key < 0 || L->key >= L->nout || L->ts < 0 || L->ts >= L->nout || L->exp < 0 ||
+        L->exp >= L->nout || L->kind[L->key] != FIXED || L->width[L->key] != 8 || L->width[L->ts] != 8 ||
+        L->width[L->exp] != 8) {
+        PyErr_SetString(PyExc_ValueError, "bad column layout");
+        goto fail;
+    }
+    PyObject *seq = PySequence_Fast(runs_obj, "runs must be a sequence");
+    if (seq == NULL)
+        goto fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    S->runs = PyMem_Calloc(n ? n : 1, sizeof(Run));
+    if (S->runs == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Run *r = &S->runs[i];
+        S->nruns++;  /* released with the set, however far it got */
+        if (open_run(PySequence_Fast_GET_ITEM(seq, i), r) < 0) {
+            Py_DECREF(seq);
+            goto fail;
+        }
+        Py_ssize_t nb = r->blocks.len / ENTRY_BYTES;
+        if (r->blocks.len != nb * ENTRY_BYTES || r->first.len != 8 * nb || r->last.len != 8 * nb ||
+            r->page_start.len != 8 * (nb + 1) || r->sections.len % 8) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "run arrays disagree");
+            goto fail;
+        }
+    }
+    Py_DECREF(seq);
+    PyObject *capsule = PyCapsule_New(S, RUNSET, destroy_runset);
+    if (capsule == NULL)
+        goto fail;
+    return capsule;
+fail:
+    free_runset(S);
+    return NULL;
+}
+
+static PyObject *probe(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    long long key, as_of;
+    if (!PyArg_ParseTuple(args, "OLL", &capsule, &key, &as_of))
+        return NULL;
+    RunSet *S = PyCapsule_GetPointer(capsule, RUNSET);
+    if (S == NULL)
+        return NULL;
+    const Layout *L = &S->L;
+    Probe P = {0};
+    Error err = {0};
+    PyObject *result = NULL, *visited = NULL;
+    P.seen = calloc(S->nruns ? S->nruns : 1, sizeof(int64_t));
+    P.bytes = calloc(S->nruns ? S->nruns : 1, sizeof(int64_t));
+    if (P.seen == NULL || P.bytes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    open_pidfd();
+    int ok;
+    Py_BEGIN_ALLOW_THREADS  /* the caller's reference keeps the set, and so its maps, alive */
+    ok = plan(&P, S->runs, S->nruns, key, as_of, &err) == 0 && prepare(&P, S->runs, L, key, &err) == 0 &&
+         search_blocks(&P, L, key, &err) == 0 && collect(&P, L, as_of, &err) == 0;
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        raise(&err);
+        goto done;
+    }
+    struct ArrowArray *out = batch(L, P.cand, P.rows, P.nrows);
+    if (out == NULL)
+        goto done;
+    visited = PyList_New(0);
+    if (visited == NULL) {
+        release_batch(out);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < S->nruns; i++) {
+        if (!P.seen[i])
+            continue;
+        PyObject *v = Py_BuildValue("(nLL)", i, (long long)P.seen[i], (long long)P.bytes[i]);
+        if (v == NULL || PyList_Append(visited, v) < 0) {
+            Py_XDECREF(v);
+            release_batch(out);
+            goto done;
+        }
+        Py_DECREF(v);
+    }
+    result = Py_BuildValue("(NO)", PyLong_FromVoidPtr(out), visited);
+    if (result == NULL)
+        release_batch(out);
+done:
+    Py_XDECREF(visited);
+    free_probe(&P);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"run_set", run_set, METH_VARARGS,
+     "run_set(runs, kinds, widths, key_col, ts_col, exp_col, n_out) -> RunSet capsule\n\n"
+     "The runs a probe searches (tuples built by point_probe.ProbeRuns.of) and the stored schema's layout\n"
+     "(int32 kind and width per column, where the key, ts and exp columns are, how many leading\n"
+     "columns a probe returns), checked and held for the probes of one version."},
+    {"probe", probe, METH_VARARGS,
+     "probe(run_set, key, as_of) -> (batch, visited)\n\n"
+     "The records with this int64 key valid at as_of, ordered by (exp, ts), from the blocks of the\n"
+     "set's runs that may hold it; every page used is checked first. batch: the address of an Arrow\n"
+     "C data interface ArrowArray of the returned columns, for pyarrow.RecordBatch._import_from_c\n"
+     "(which takes it over). visited: (run index, blocks, bytes) of each run with blocks searched.\n"
+     "BlockError((run index, block offset, message)) if a block is damaged."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_point_probe", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__point_probe(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    BlockError = PyErr_NewException("_point_probe.BlockError", NULL, NULL);
+    if (BlockError == NULL || PyModule_AddObject(m, "BlockError", BlockError) < 0) {
+        Py_XDECREF(BlockError);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(BlockError);
+    return m;
+}

@@ -1,0 +1,121 @@
+"""Point probes of an int64 key, planned and executed in one native call.
+
+A point probe is the latency-critical read: a few rows from one or two blocks of each of a
+handful of runs. Through the general keyed path (``read_plan.plan``, then ``task_reader.execute``
+for each task) it costs a few hundred Python calls, several times the search itself. For an
+int64 key column, ``probe`` hands the runs of the snapshot to ``_point_probe.probe``
+(storage/native/point_probe.c), which chooses the same blocks as ``read_plan.plan``, checks the
+page sum of every page before using it as ``page_check`` does, keeps the rows valid at
+``as_of``, orders them by (exp, ts) and copies them into one Arrow record batch (through the
+Arrow C data interface). Python prepares each run's arrays once (``RunArrays``, cached with the
+run's metadata) and imports the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from . import _point_probe
+from .errors import CorruptionError
+from .run_descriptor import RunDescriptor
+
+_FIXED, _BOOL, _VARIABLE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """How the native probe reads the stored (physical) schema: each column's kind and width,
+    where the key, ts and exp columns are, and how many columns it returns (all but the
+    hidden insertion slot, which is last)."""
+
+    kinds: bytes  # int32 per column: fixed-width, bool or variable-width
+    widths: bytes  # int32 bytes per value (fixed-width columns)
+    key: int
+    ts: int
+    exp: int
+    returned: int
+
+    @staticmethod
+    def of(physical: pa.Schema, key: str, ts: str, exp: str) -> "ColumnLayout | None":
+        """The layout, or None if the key column is not int64 (string keys take the general path)."""
+        if physical.field(key).type != pa.int64():
+            return None
+        kinds, widths = [], []
+        for f in physical:
+            t = f.type
+            var = pa.types.is_string(t) or pa.types.is_binary(t)
+            kinds.append(_VARIABLE if var else _BOOL if pa.types.is_boolean(t) else _FIXED)
+            widths.append(0 if var or pa.types.is_boolean(t) else t.bit_width // 8)
+        i = physical.get_field_index
+        return ColumnLayout(np.array(kinds, np.int32).tobytes(), np.array(widths, np.int32).tobytes(),
+                            i(key), i(ts), i(exp), len(physical) - 1)
+
+
+@dataclass(frozen=True)
+class RunArrays:
+    """What the native probe needs of a run's descriptor, as contiguous arrays."""
+
+    first_keys: np.ndarray  # int64 per block
+    last_keys: np.ndarray
+    blocks: np.ndarray  # run_descriptor.BLOCK entries
+    sections: np.ndarray  # int64: first block of each section, then the number of blocks
+    page_start: np.ndarray  # int64: index in ``sums`` of each block's first page, then the total
+    sums: np.ndarray | None  # uint32 page sums (None: written without them; blocks are checked whole)
+
+    @staticmethod
+    def of(desc: RunDescriptor, sums: np.ndarray | None) -> "RunArrays":
+        return RunArrays(np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64), desc.blocks,
+                         np.array(desc.section_bounds, np.int64), desc.page_start.astype(np.int64, copy=False), sums)
+
+    @property
+    def nbytes(self) -> int:
+        return 200 + sum(a.nbytes for a in (self.first_keys, self.last_keys, self.blocks, self.sections,
+                                             self.page_start) + ((self.sums,) if self.sums is not None else ()))
+
+
+class RunToProbe(NamedTuple):
+    """A run of the snapshot, with where it is for messages and read statistics."""
+
+    subindex: int  # 0-based
+    where: str  # "sub-index I3" (or "... of draining layout 1")
+    name: str
+
+
+@dataclass(frozen=True)
+class ProbeRuns:
+    """The runs point probes of one version search, ready for the native code, which holds their
+    arrays and maps (``_point_probe.run_set``) for as long as this lives. ``sources`` keeps each
+    run's ``files.MappedSource`` open too: the native code checks the file's size through its
+    descriptor, which must not be closed (and its number reused) while a probe runs."""
+
+    runs: list[RunToProbe]
+    sources: list
+    native: object  # the run set capsule
+
+    @staticmethod
+    def of(runs: list[RunToProbe], sources: list, arrays: list[RunArrays], live: list[tuple[int, int]],
+           layout: ColumnLayout) -> "ProbeRuns":
+        """``runs`` with their mapped files, arrays and (max_exp, first_live), for a schema of ``layout``."""
+        args = [(*src.native(), max_exp, first_live, a.first_keys, a.last_keys, a.blocks, a.sections, a.page_start,
+                 a.sums) for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
+        return ProbeRuns(runs, sources, _point_probe.run_set(args, layout.kinds, layout.widths, layout.key,
+                                                             layout.ts, layout.exp, layout.returned))
+
+
+def probe(runs: ProbeRuns, key: int, as_of: int, schema: pa.Schema,
+          what: str) -> tuple[pa.Table, list[tuple[int, int, int]]]:
+    """The records of ``key`` valid at ``as_of`` in ``runs``, ordered by (exp, ts), as a table of
+    ``schema`` (the archive schema); and (sub-index, blocks, bytes) of each run searched.
+    CorruptionError naming ``what`` and the run if a block is damaged."""
+    try:
+        address, visited = _point_probe.probe(runs.native, key, as_of)
+    except _point_probe.BlockError as e:
+        i, offset, msg = e.args
+        run = runs.runs[i]
+        raise CorruptionError(f"{what}, {run.where}, run {run.name}, block at byte {offset}: {msg}") from None
+    batch = pa.RecordBatch._import_from_c(address, schema)  # takes over the native allocation
+    return pa.Table.from_batches([batch]), [(runs.runs[i].subindex, b, z) for i, b, z in visited]

@@ -1,0 +1,209 @@
+"""The native point probe (storage/point_probe.py, storage/native/point_probe.c) against the
+planned read it replaces for int64 keys: the same rows in the same order, the same blocks
+counted, for every layout and mode, schemas with every stored type and nulls, tiny blocks (a
+key spread over several), keys inside, between and outside the stored ones, and as_of times
+after the last update. Then what it does with damage: a flipped byte in any page it uses, a
+truncated file under an open archive, and a version reclaimed under a remote reader."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ebb.query.reader import ArchiveReader, ReadStats
+from ebb.storage.archive import Archive
+from ebb.storage.errors import CorruptionError
+from ebb.storage.read_plan import Probe
+
+from support import Oracle, config, rows_multiset
+
+RICH = pa.schema([
+    ("key", pa.int64()), ("ts", pa.int64()), ("exp", pa.int64()),
+    ("f", pa.float64()), ("b", pa.bool_()), ("s", pa.string()), ("bin", pa.binary()),
+    ("i", pa.int32()), ("dec", pa.decimal128(12, 3)), ("fx", pa.binary(3)),
+])
+
+
+def rich_rows(rng: np.random.Generator, n: int, ts_lo: int, ts_hi: int, max_life: int, keys: int) -> list[dict]:
+    ts = rng.integers(ts_lo, ts_hi + 1, n)
+    life = rng.integers(1, max_life + 1, n)
+    key = rng.integers(-keys, keys, n)
+    null = rng.random((n, 7)) < 0.15
+    out = []
+    for r in range(n):
+        v = [float(rng.random()), bool(rng.random() < 0.5), "s" * int(rng.integers(0, 40)), bytes(rng.integers(0, 256, 3, np.uint8)),
+             int(rng.integers(-2**31, 2**31)), Decimal(int(rng.integers(-10**6, 10**6))) / 1000, bytes(rng.integers(0, 256, 3, np.uint8))]
+        row = {"key": int(key[r]), "ts": int(ts[r]), "exp": int(ts[r] + life[r])}
+        row.update({name: None if null[r, c] else v[c] for c, name in enumerate(["f", "b", "s", "bin", "i", "dec", "fx"])})
+        out.append(row)
+    return out
+
+
+def planned(reader: ArchiveReader, key: int, as_of: int) -> pa.Table:
+    """The same probe through read planning and the task reader (the path string keys take)."""
+    return reader._collect(Probe((key,)), as_of, None, None)
+
+
+@st.composite
+def archives(draw):
+    layout = draw(st.sampled_from([
+        dict(layout="doubly", partitioning="round-robin", G=2, E=2),
+        dict(layout="doubly", partitioning="chronological", G=2, E=3),
+        dict(layout="doubly", partitioning="random", G=3, E=2, seed=7),
+        dict(layout="wave", split="insertion", n_wave=3),
+        dict(layout="wave", split="expiration", n_wave=2),
+    ]))
+    return dict(layout=layout, mode=draw(st.sampled_from(["rebuild", "norebuild"])),
+                block_bytes=draw(st.sampled_from([256, 700, 4096, 1 << 20])), keys=draw(st.sampled_from([3, 40, 2000])),
+                updates=draw(st.integers(1, 7)), seed=draw(st.integers(0, 2**32 - 1)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(archives())
+def test_native_probe_answers_as_the_planned_read_and_the_oracle(sc):
+    rng = np.random.default_rng(sc["seed"])
+    with tempfile.TemporaryDirectory() as d:
+        cfg = config(mode=sc["mode"], block_bytes=sc["block_bytes"], tau=16, delta=2, max_lifetime=12, **sc["layout"])
+        with Archive.create(os.path.join(d, "a"), cfg) as arc:
+            reader, oracle = ArchiveReader(arc), Oracle()
+            for T in range(16, 16 + 2 * sc["updates"], 2):
+                rows = rich_rows(rng, int(rng.integers(0, 300)), T - 12, T, 12, sc["keys"])
+                oracle.load(rows, T)
+                arc.load(pa.Table.from_pylist(rows, RICH), T)
+                keys = [int(k) for k in rng.integers(-sc["keys"] - 2, sc["keys"] + 2, 6)] + [-(2**63), 2**63 - 1]
+                for k in keys:
+                    for as_of in (T, T + int(rng.integers(1, 14))):
+                        with arc.snapshot() as snap:
+                            got = snap.probe(k, as_of)
+                        assert got is not None
+                        table, searched = got
+                        reader.io = ReadStats()
+                        want = planned(reader, k, as_of)
+                        assert table.equals(want), (k, as_of)  # rows, order (exp, ts) and nulls
+                        assert rows_multiset(table) == oracle.probe(k, as_of)
+                        counted = {}
+                        for i, blocks, nbytes in searched:
+                            a, b = counted.get(i, (0, 0))
+                            counted[i] = (a + blocks, b + nbytes)
+                        assert sorted(i + 1 for i in counted) == sorted(reader.io.subindices_read)
+                        assert sum(a for a, _ in counted.values()) == reader.io.blocks_read
+                        assert sum(b for _, b in counted.values()) == reader.io.bytes_read
+
+
+def test_probes_of_other_keys_take_the_planned_path(tmp_path):
+    """String keys, and keys that are not an int64, are not probed natively."""
+    with Archive.create(str(tmp_path / "a"), config()) as arc:
+        arc.load(pa.table({"key": ["a", "b"], "ts": [10, 12], "exp": [20, 20]}), 16)
+        with arc.snapshot() as snap:
+            assert snap.probe("a") is None
+        assert ArchiveReader(arc).probe("a").num_rows == 1
+    with Archive.create(str(tmp_path / "b"), config()) as arc:
+        arc.load(pa.table({"key": [1, 2], "ts": [10, 12], "exp": [20, 20]}), 16)
+        with arc.snapshot() as snap:
+            assert snap.probe(2**63) is None and snap.probe(True) is None and snap.probe(1) is not None
+        assert ArchiveReader(arc).probe(2**63).num_rows == 0
+
+
+def _one_run(tmp_path):
+    """An archive with one sub-index whose run has several blocks of several pages."""
+    rng = np.random.default_rng(3)
+    rows = rich_rows(rng, 6000, 1, 16, 16, 300)
+    arc = Archive.create(str(tmp_path / "a"), config(G=1, E=1, block_bytes=48 << 10))
+    arc.load(pa.Table.from_pylist(rows, RICH), 16)
+    oracle = Oracle()
+    oracle.load(rows, 16)
+    with arc.snapshot() as snap:
+        run = snap.state.subindices[0].runs[0]
+        desc = snap.descriptor(run.name)
+        sums = snap.page_sums(run.name)
+    assert desc.blocks.size > 3 and desc.page_start[2] - desc.page_start[1] > 4
+    return arc, oracle, os.path.join(arc.data_dir, run.name), desc, sums
+
+
+def test_a_flipped_byte_in_any_page_is_the_right_rows_or_a_corruption_error(tmp_path):
+    """Bytes flipped in each page of a block in turn: a probe of every key of that block returns
+    the oracle's rows or raises CorruptionError naming the sub-index and block; a flipped metadata
+    page always raises. The archive is reopened for each flip, as a new reader would be."""
+    arc, oracle, path, desc, _ = _one_run(tmp_path)
+    arc.close()
+    pristine = open(path, "rb").read()
+    b = 1
+    e = desc.entry(b)
+    keys = sorted({dict(r)["key"] for r in oracle.probe_range(desc.first_keys[b], desc.last_keys[b], 16)})
+    assert len(keys) > 10
+    failed = 0
+    for page in range(int(desc.page_start[b + 1] - desc.page_start[b])):
+        bad = bytearray(pristine)
+        for at in (77, 1500, 2900, 4000):
+            bad[e.offset + min(page * 4096 + at, e.length - 1)] ^= 0x08
+        with open(path, "wb") as f:
+            f.write(bad)
+        with Archive(str(tmp_path / "a")) as arc:
+            for k in keys:
+                try:
+                    got = ArchiveReader(arc).probe(k, 16)
+                except CorruptionError as err:
+                    assert "sub-index I1" in str(err) and f"block at byte {e.offset}" in str(err)
+                    failed += 1
+                    continue
+                assert page != 0, "a damaged metadata page was read"
+                assert rows_multiset(got) == oracle.probe(k, 16), f"page {page}: key {k}"
+    assert failed  # the flips in pages the probes use were caught
+    with open(path, "wb") as f:
+        f.write(pristine)
+
+
+def test_a_run_file_truncated_under_an_open_archive_is_a_corruption_error(tmp_path):
+    """Touching a mapped page past the end of a file would kill the process; the probe checks
+    the file's size first."""
+    arc, oracle, path, desc, _ = _one_run(tmp_path)
+    reader = ArchiveReader(arc)
+    k = desc.last_keys[desc.blocks.size - 1]
+    assert rows_multiset(reader.probe(k, 16)) == oracle.probe(k, 16)
+    os.truncate(path, int(desc.blocks["offset"][-1]) + 10)
+    with pytest.raises(CorruptionError, match="file ends before byte"):
+        reader.probe(k, 16)
+    arc.close()
+
+
+def test_an_update_lets_go_of_the_runs_it_replaced(tmp_path):
+    """Point probes keep each run of the current version mapped; once an update replaces a run
+    (Rebuild rewrites it) and reclaims its file, no map keeps the deleted file's space."""
+    rng = np.random.default_rng(4)
+    with Archive.create(str(tmp_path / "a"), config(G=1, E=1)) as arc:
+        reader = ArchiveReader(arc)
+        for T in (16, 18, 20):
+            arc.load(pa.Table.from_pylist(rich_rows(rng, 200, T - 8, T, 12, 50), RICH), T)
+            reader.probe(3)
+        with open("/proc/self/maps") as f:
+            stale = [line for line in f if arc.data_dir in line and "(deleted)" in line]
+        assert stale == []
+
+
+def test_prepare_probes_reads_every_runs_directory_within_the_budget(tmp_path):
+    """A probe-serving process prepares the current version once after opening: every run's
+    arrays are then in memory and the first probe reads no metadata. Over the metadata budget
+    it prepares nothing, and probes still answer right."""
+    rng = np.random.default_rng(6)
+    oracle = Oracle()
+    with Archive.create(str(tmp_path / "a"), config(mode="norebuild")) as arc:
+        for T in (16, 18, 20, 22):
+            rows = rich_rows(rng, 300, T - 10, T, 12, 40)
+            oracle.load(rows, T)
+            arc.load(pa.Table.from_pylist(rows, RICH), T)
+    for limit, prepared in ((4 << 20, True), (1000, False)):
+        with Archive(str(tmp_path / "a"), readonly=True) as arc:
+            arc.metadata.limit = limit
+            reader = ArchiveReader(arc)
+            reader.prepare_probes()
+            names = {run.name for sub in arc.state().subindices for run in sub.runs}
+            assert ({name for kind, name in arc.metadata._entries if kind == "arrays"} == names) == prepared
+            assert (arc.point_runs is not None) == prepared
+            for k in range(-41, 41, 5):
+                assert rows_multiset(reader.probe(k)) == oracle.probe(k, 22)
