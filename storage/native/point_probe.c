@@ -124,7 +124,9 @@ static int grow(void *items, Py_ssize_t n, Py_ssize_t *cap, size_t size, Error *
 
 /* Ranges of the maps to read ahead (MADV_WILLNEED), advised together: on a cold cache the reads
  * of every block are then in flight at once. */
-typedef struct { struct iovec *v; Py_ssize_t n, cap; } Ahead;
+typedef struct { struct iovec *v; Py_ssize_t n, cap; size_t longest; } Ahead;
+
+#define SMALL_AHEAD (4 * PAGE)  /* ranges no longer than this are advised only on a cold cache */
 
 static int ahead_add(Ahead *A, const uint8_t *from, const uint8_t *to, Error *err) {
     uintptr_t a = (uintptr_t)from & ~(uintptr_t)(PAGE - 1);
@@ -133,6 +135,8 @@ static int ahead_add(Ahead *A, const uint8_t *from, const uint8_t *to, Error *er
     if (grow(&A->v, A->n, &A->cap, sizeof(struct iovec), err) < 0)
         return -1;
     A->v[A->n++] = (struct iovec){(void *)a, (uintptr_t)to - a};
+    if ((uintptr_t)to - a > A->longest)
+        A->longest = (uintptr_t)to - a;
     return 0;
 }
 
@@ -150,13 +154,14 @@ static void open_pidfd(void) {
 }
 
 /* Asks for every range at once: one process_madvise where the kernel allows it (Linux 5.10 on,
- * with the rights it wants), else one madvise a range. Only advice, so failures are ignored;
- * and skipped if the first range's first page is in memory already, taken as a sign that the
- * cache is warm (advice on resident pages costs more than the probe's own reads). */
+ * with the rights it wants), else one madvise a range. Only advice, so failures are ignored.
+ * Skipped when every range is a few pages and the first one's first page is in memory already,
+ * taken as a sign that the cache is warm: advice on a few resident pages costs more than a
+ * small probe's own reads. */
 static void ahead_flush(Ahead *A) {
     Py_ssize_t done = 0;
     unsigned char resident = 0;
-    if (A->n && mincore(A->v[0].iov_base, 1, &resident) == 0 && (resident & 1))
+    if (A->n && A->longest <= SMALL_AHEAD && mincore(A->v[0].iov_base, 1, &resident) == 0 && (resident & 1))
         done = A->n;
     if (self_pidfd >= 0)
         while (done < A->n) {
@@ -168,6 +173,7 @@ static void ahead_flush(Ahead *A) {
     for (; done < A->n; done++)
         madvise(A->v[done].iov_base, A->v[done].iov_len, MADV_WILLNEED);
     A->n = 0;
+    A->longest = 0;
 }
 
 /* Checks the pages holding block bytes [start, stop) (each once); -1 (error set) if one fails
@@ -454,6 +460,7 @@ typedef struct {
     uint64_t guess;  /* the row where the key would be if the block's keys were spread evenly */
     Column *cols;
     uint64_t a, z;
+    int whole;  /* most of the block is asked for: checked whole against its checksum */
 } Candidate;
 
 typedef struct {
@@ -558,7 +565,7 @@ static int prepare(Probe *P, Run *runs, const Layout *L, int64_t key, Error *err
 
 /* Decodes each candidate block in place and finds the key's rows in it (a block without page sums
  * is checked whole first). Then asks, for all blocks at once, for the found rows of every other
- * returned column. */
+ * returned column, or for the whole block if most of it is asked for. */
 static int search_blocks(Probe *P, const Layout *L, int64_t key, Error *err) {
     for (Py_ssize_t k = 0; k < P->ncand; k++) {
         Candidate *C = &P->cand[k];
@@ -570,6 +577,12 @@ static int search_blocks(Probe *P, const Layout *L, int64_t key, Error *err) {
             return no_memory(err);
         if (decode(b, L, C->e.rows, C->cols) < 0 || key_rows(b, L, C->cols, C->e.rows, key, C->guess, &C->a, &C->z) < 0)
             return -1;
+        if (b->sums != NULL && 4 * (C->z - C->a) > C->e.rows) {  /* one request and one hash, as task_reader does */
+            C->whole = 1;
+            if (ahead_add(&P->ahead, b->p, b->p + b->len, err) < 0)
+                return -1;
+            continue;
+        }
         for (int c = 0; c < L->nout && C->z > C->a && b->sums != NULL; c++) {
             const Column *col = &C->cols[c];
             uint64_t a = C->a, z = C->z, rows = C->e.rows;
@@ -597,11 +610,17 @@ static int search_blocks(Probe *P, const Layout *L, int64_t key, Error *err) {
     return 0;
 }
 
-/* Checks the found rows of every returned column and keeps those valid at ``as_of``, ordered. */
+/* Checks the found rows of every returned column (or the whole block, against its checksum) and
+ * keeps those valid at ``as_of``, ordered. */
 static int collect(Probe *P, const Layout *L, int64_t as_of, Error *err) {
     Py_ssize_t cap = 0;
     for (Py_ssize_t k = 0; k < P->ncand; k++) {
         Candidate *C = &P->cand[k];
+        if (C->whole) {
+            if (XXH3_64bits(C->b.p, C->b.len) != C->e.checksum)
+                return fail(err, C->run, (int64_t)C->e.offset, "fails its checksum");
+            C->b.sums = NULL;  /* every page is checked now */
+        }
         for (int c = 0; c < L->nout && C->z > C->a; c++)
             if (check_rows(&C->b, L, &C->cols[c], c, C->a, C->z) < 0)
                 return -1;
