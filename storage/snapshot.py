@@ -82,12 +82,14 @@ class Snapshot:
         """The records of ``key`` valid at ``as_of`` ordered by (exp, ts), planned and read in
         one native call (``point_probe``), and (sub-index, blocks, bytes) of each run searched;
         None where that path does not apply (a string-keyed or empty archive, a key that is not
-        an int64): plan a ``Probe`` instead. Same answer, checks and errors as that plan."""
+        an int64, more runs than it may hold open at once): plan a ``Probe`` instead. Same
+        answer, checks and errors as that plan."""
         t = self.check_as_of(as_of)
         layout = self._archive.point_layout
         if layout is None or type(key) is not int or not -(1 << 63) <= key < (1 << 63):
             return None
-        return point_probe(self._point_runs(layout, subindices), key, t, self.schema, f"archive {self._archive.path}")
+        runs = self._point_runs(layout, subindices)
+        return None if runs is None else point_probe(runs, key, t, self.schema, f"archive {self._archive.path}")
 
     def prepare_point_probes(self, read_metadata: bool = False) -> None:
         """Prepares what point probes of this version need (each run's arrays and map) ahead of
@@ -103,19 +105,24 @@ class Snapshot:
         if read_metadata:  # descriptors (~80 bytes a block) and page sums (4 bytes a 4 KiB page)
             if sum(80 * r.blocks + r.bytes // 1024 for r in runs) > meta.limit:
                 return
-            for source in self._point_runs(layout, None).sources:
+            prepared = self._point_runs(layout, None)
+            for source in prepared.sources if prepared is not None else ():
                 source.prefetch(0, 1)
         elif all(meta.holds_run_arrays(r.name) for r in runs):
             self._point_runs(layout, None)
 
-    def _point_runs(self, layout: ColumnLayout, subindices: list[int] | None) -> ProbeRuns:
+    def _point_runs(self, layout: ColumnLayout, subindices: list[int] | None) -> ProbeRuns | None:
         """The runs a point probe searches (it skips those expired by its ``as_of``). Those of
         every sub-index are kept for the archive's current version (``Archive.point_runs``)
-        while their arrays fit within the metadata cache's budget."""
+        while their arrays fit within the metadata cache's budget. None if there are more than
+        half the open files' limit: the native probe maps them all at once, where the planned
+        read holds one run open at a time, and the limit keeps descriptors below a process's."""
         archive = self._archive
         kept = archive.point_runs
         if subindices is None and kept is not None and kept[0] is self.state:
             return kept[1]
+        if sum(len(sub.runs) for _, _, sub in sources(self.state, subindices)) > archive.open_files.limit // 2:
+            return None
         meta, files = archive.metadata, archive.open_files
         runs, maps, arrays, live = [], [], [], []
         for draining, i, sub in sources(self.state, subindices):

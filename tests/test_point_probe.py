@@ -209,3 +209,26 @@ def test_prepare_probes_reads_every_runs_directory_within_the_budget(tmp_path):
             assert (arc.point_runs is not None) == prepared
             for k in range(-41, 41, 5):
                 assert rows_multiset(reader.probe(k)) == oracle.probe(k, 22)
+
+
+def test_more_runs_than_the_open_files_allow_take_the_planned_path(tmp_path):
+    """The native probe holds every run open at once; with more runs than half the open-files
+    limit it steps aside, and the planned read (one run at a time) answers."""
+    rng = np.random.default_rng(8)
+    oracle = Oracle()
+    with Archive.create(str(tmp_path / "a"), config(mode="norebuild", G=1, E=1)) as arc:
+        for T in (16, 18, 20, 22, 24):
+            rows = rich_rows(rng, 100, T - 10, T, 12, 20)
+            oracle.load(rows, T)
+            arc.load(pa.Table.from_pylist(rows, RICH), T)
+        runs = len(arc.state().subindices[0].runs)
+    assert runs > 2
+    for limit, native in ((2 * runs, True), (2 * runs - 2, False)):
+        with Archive(str(tmp_path / "a"), readonly=True) as arc:
+            arc.open_files.limit = limit
+            reader = ArchiveReader(arc)
+            reader.prepare_probes()
+            with arc.snapshot() as snap:
+                assert (snap.probe(3) is not None) == native
+            for k in range(-21, 21, 3):
+                assert rows_multiset(reader.probe(k)) == oracle.probe(k, 24)
