@@ -19,9 +19,14 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from . import _point_probe
+try:
+    from . import _point_probe
+except ImportError:  # not built (installed without a C compiler): point probes take the planned read
+    _point_probe = None
 from .errors import CorruptionError
 from .run_descriptor import RunDescriptor
+
+NATIVE = _point_probe is not None  # False: no ColumnLayout, so Snapshot.probe returns None
 
 _FIXED, _BOOL, _VARIABLE = 0, 1, 2
 
@@ -41,8 +46,9 @@ class ColumnLayout:
 
     @staticmethod
     def of(physical: pa.Schema, key: str, ts: str, exp: str) -> "ColumnLayout | None":
-        """The layout, or None if the key column is not int64 (string keys take the general path)."""
-        if physical.field(key).type != pa.int64():
+        """The layout, or None if the key column is not int64 (string keys take the general path)
+        or the native module is missing (``NATIVE``)."""
+        if not NATIVE or physical.field(key).type != pa.int64():
             return None
         kinds, widths = [], []
         for f in physical:

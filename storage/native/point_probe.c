@@ -21,9 +21,25 @@
 #include <limits.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#if defined(__has_include)
+#if __has_include(<sys/syscall.h>)
+#include <sys/syscall.h>
+#endif
+#else
+#include <sys/syscall.h>
+#endif
+
+/* process_madvise through a pidfd of this process (Linux 5.10 on); where the headers do not
+ * define both syscalls (older Linux headers, other systems), read-ahead advice is one madvise a
+ * range, as it is at run time when the syscall fails. */
+#if defined(SYS_pidfd_open) && defined(SYS_process_madvise)
+#define HAVE_PROCESS_MADVISE 1
+#endif
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
 
 #define XXH_INLINE_ALL
 #include "xxhash.h"
@@ -140,10 +156,13 @@ static int ahead_add(Ahead *A, const uint8_t *from, const uint8_t *to, Error *er
     return 0;
 }
 
+#ifdef HAVE_PROCESS_MADVISE
 static int self_pidfd = -1;  /* for process_madvise; opened with the GIL held (``open_pidfd``) */
 static pid_t self_pid = 0;
+#endif
 
 static void open_pidfd(void) {
+#ifdef HAVE_PROCESS_MADVISE
     pid_t pid = getpid();
     if (pid == self_pid)
         return;
@@ -151,6 +170,7 @@ static void open_pidfd(void) {
         close(self_pidfd);  /* a forked child: the parent's */
     self_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     self_pid = pid;
+#endif
 }
 
 /* Asks for every range at once: one process_madvise where the kernel allows it (Linux 5.10 on,
@@ -163,6 +183,7 @@ static void ahead_flush(Ahead *A) {
     unsigned char resident = 0;
     if (A->n && A->longest <= SMALL_AHEAD && mincore(A->v[0].iov_base, 1, &resident) == 0 && (resident & 1))
         done = A->n;
+#ifdef HAVE_PROCESS_MADVISE
     if (self_pidfd >= 0)
         while (done < A->n) {
             Py_ssize_t n = A->n - done < IOV_MAX ? A->n - done : IOV_MAX;
@@ -170,6 +191,7 @@ static void ahead_flush(Ahead *A) {
                 break;
             done += n;
         }
+#endif
     for (; done < A->n; done++)
         madvise(A->v[done].iov_base, A->v[done].iov_len, MADV_WILLNEED);
     A->n = 0;
