@@ -19,7 +19,8 @@ def register(sub) -> None:
                        "Each tick at T = tau + j*Delta computes the results with ts in (T - Delta, T] from the landed files "
                        "and loads them into the archive in one atomic update, together with the scheduler's progress, so "
                        "every landed event is processed exactly once even across crashes. Without --ticks or --until, runs "
-                       "the ticks that are due by the wall clock (catching up after downtime) and exits.\n\n"
+                       "the ticks that are due by the wall clock (catching up after downtime) and exits; tick T is due "
+                       "once the clock reads T + grace (job.grace, default Delta), so files landing up to then are in it.\n\n"
                        "It says first how many ticks are due. More than the catch-up bound (job.max_catchup, default "
                        "1000) are refused unless --max-catchup allows them or --ticks picks how many to run. A tick "
                        "whose input range holds no landed file skips Spark: it only updates the archive.")
@@ -27,7 +28,8 @@ def register(sub) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ticks", type=int, metavar="N", help="run the next N ticks, whatever the wall clock says")
     g.add_argument("--until", type=int, metavar="T", help="run every tick up to time T (chronons)")
-    g.add_argument("--follow", action="store_true", help="keep running, one tick every Delta of wall-clock time")
+    g.add_argument("--follow", action="store_true",
+                   help="keep running: one tick every Delta of wall-clock time, each once the clock reads its T + grace")
     p.add_argument("--max-catchup", type=int, metavar="N",
                    help="run at most N due ticks without --ticks (default: the job's max_catchup, else 1000)")
     p.add_argument("--master", help="Spark master URL (default local[*]), e.g. spark://HOST:7077 (docs/cluster.md)")
@@ -104,7 +106,7 @@ def run_cmd(a) -> int:
 def explain_cmd(a) -> int:
     from .jobspec import JobError
     from .patterns import classify
-    from .scheduler import archive_config
+    from .scheduler import archive_config, grace_of
 
     spark = None
     for i, path in enumerate(a.job):
@@ -121,6 +123,10 @@ def explain_cmd(a) -> int:
         print(f"pattern    {c.pattern} non-monotonic: {c.reason}")
         print(f"S          {c.max_lifetime} chronons ({job.time_unit}): the largest lifetime a result can have")
         print(f"lookback   {c.lookback} chronons: a tick reads events from (T - Delta - {c.lookback}, T]")
+        if job.time_unit != "chronon":
+            g = grace_of(job, cfg)
+            print(f"grace      {g} chronons ({job.time_unit}): tick T runs when the wall clock reads T + {g}; "
+                  "events at or before T that land after that are late")
         chosen = "auto -> " if job.archive.layout == "auto" else ""
         print(f"layout     {chosen}{cfg.layout_obj.describe()}, {cfg.mode}; Delta={cfg.delta} S={cfg.max_lifetime} (p={cfg.time.p})")
         print(f"archive    {job.archive.path}" + ("" if os.path.exists(job.archive.path) else " (created by the first `ebb run`)"))

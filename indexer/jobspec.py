@@ -7,6 +7,7 @@ one complete example per query kind. In short::
     time_unit = "s"                  # one chronon; event times are converted to it
     origin = "2026-01-01T00:00:00Z"  # chronon 0 (timestamp event-time columns only)
     late_policy = "drop"             # or "fail"
+    grace = 60                       # a tick waits this long for files still landing (default: Delta)
 
     [[source]]
     name = "temperature"
@@ -51,7 +52,7 @@ DEFAULT_MAX_CATCHUP = 1000  # ticks `ebb run` runs at most without being told mo
 
 # The fields of each section (docs/jobs.md). Anything else is a typo or a misplaced field.
 TOP_FIELDS = ("job", "source", "query", "archive")
-JOB_FIELDS = ("time_unit", "origin", "late_policy", "max_catchup")
+JOB_FIELDS = ("time_unit", "origin", "late_policy", "max_catchup", "grace")
 SOURCE_FIELDS = ("name", "path", "format", "time_column", "key", "lifetime", "lifetime_column", "options")
 # a window's fields; rows, partition_by, landmark and unbounded exist to name unarchivable windows
 WINDOW_FIELDS = ("source", "range", "slide", "rows", "partition_by", "landmark", "unbounded", "lifetime",
@@ -65,7 +66,7 @@ QUERY_FIELDS = {
     "lifetime": ("kind", "key", "sources", "source", "select", "filter", "max_lifetime"),
 }
 ARCHIVE_FIELDS = ("path", "layout", "partitioning", "split", "G", "E", "n", "mode", "interval", "start",
-                  "max_lifetime", "block_bytes", "data_dir")
+                  "max_lifetime", "block_bytes", "data_dir", "retain", "update_log")
 
 
 class JobError(UsageError):
@@ -138,6 +139,8 @@ class ArchiveSpec:
     max_lifetime: int | None = None
     block_bytes: int | None = None
     data_dir: str | None = None  # where run files go (default path/data): e.g. a shared file system
+    retain: int = 0  # chronons of history kept for reads as of an earlier instant (storage's retain)
+    update_log: int | None = None  # update records kept for `ebb stats` (None: storage's default)
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ class Job:
     query: Query
     archive: ArchiveSpec
     max_catchup: int = DEFAULT_MAX_CATCHUP  # most ticks one `ebb run` runs unless told more
+    grace: int | None = None  # chronons tick T waits after T for files still landing (None: one Delta)
 
 
 def _get(d: dict, key: str, typ, where: str, default: Any = ..., choices=None):
@@ -165,10 +169,23 @@ def _get(d: dict, key: str, typ, where: str, default: Any = ..., choices=None):
     return v
 
 
-def _positive(v: int | None, where: str) -> int | None:
+def _positive(v: int | None, where: str, what: str = "chronons") -> int | None:
     if v is not None and v <= 0:
-        raise JobError(f"{where}: must be a positive number of chronons, got {v}")
+        raise JobError(f"{where}: must be a positive number of {what}, got {v}")
     return v
+
+
+def _non_negative(v: int | None, where: str, what: str = "chronons") -> int | None:
+    if v is not None and v < 0:
+        raise JobError(f"{where}: must be a number of {what} from 0 up, got {v}")
+    return v
+
+
+def _grace(j: dict, unit: str) -> int | None:
+    grace = _non_negative(_get(j, "grace", int, "job", None), "job.grace")
+    if grace is not None and unit == "chronon":  # ticks then follow --ticks/--until, never a clock
+        raise JobError("job.grace: time_unit is 'chronon', so there is no wall clock for a tick to wait on; remove grace")
+    return grace
 
 
 def _window(d: dict, where: str, default_source: str | None) -> Window:
@@ -328,8 +345,12 @@ def load_job(path: str) -> Job:
         block_bytes=_get(a, "block_bytes", int, "archive", None),
         data_dir=(os.path.join(base, a["data_dir"]) if isinstance(a.get("data_dir"), str)
                   else _get(a, "data_dir", str, "archive", None)),
+        retain=_non_negative(_get(a, "retain", int, "archive", 0), "archive.retain"),
+        update_log=_positive(_get(a, "update_log", int, "archive", None), "archive.update_log", "update records"),
     )
     return Job(path=os.path.abspath(path), time_unit=unit, origin_us=_origin_us(_get(j, "origin", str, "job", None)),
                late_policy=_get(j, "late_policy", str, "job", "drop", choices=("drop", "fail")),
                sources=sources, query=query, archive=archive,
-               max_catchup=_positive(_get(j, "max_catchup", int, "job", DEFAULT_MAX_CATCHUP), "job.max_catchup"))
+               max_catchup=_positive(_get(j, "max_catchup", int, "job", DEFAULT_MAX_CATCHUP), "job.max_catchup",
+                                     "ticks"),
+               grace=_grace(j, unit))

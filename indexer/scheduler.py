@@ -12,15 +12,23 @@ Exactly once: the scheduler's progress (last tick, manifest of landed files with
 thresholds) is stored in the archive as checkpoint ``scheduler`` and committed in the same LMDB
 transaction as the tick's update. A crash anywhere re-runs that tick from the committed state:
 nothing is lost and nothing is loaded twice. A lock file (``SCHEDULER``) keeps a second runner
-off the archive.
+off the archive; a run that ends without an archive (refused, failed before its first tick, or
+with none due) removes what it created for it, so it leaves nothing behind.
+
+Allowed lateness: by the wall clock, tick j is due only once it reads ``T_j + grace``
+(``job.grace``, default one Delta), whether following or catching up, so files that land within
+the grace are in their tick and a run by hand does what a follower would have done. ``--ticks``
+and ``--until`` ignore the clock, and so the grace.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -30,7 +38,7 @@ import pyarrow as pa
 
 from ..storage.archive import Archive, ArchiveBusy
 from ..storage.errors import RejectedBatch
-from ..storage.files import LockHeld, exclusive_lock
+from ..storage.files import DATA_DIR, INDEX_DIR, LOCK, MARKER
 from ..storage.config import ArchiveConfig, build_config
 from . import events
 from .jobspec import TIME_UNITS_US, Job, JobError
@@ -82,6 +90,13 @@ def fingerprint(job: Job) -> str:
     return hashlib.sha256(json.dumps(sem, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def grace_of(job: Job, cfg: ArchiveConfig) -> int:
+    """The allowed lateness in chronons: tick T runs once the wall clock reads T + grace. The
+    default, one Delta, covers a producer that lands a file at least once per tick, at the cost of
+    archiving each tick one Delta later (docs/semantics.md, "Late data")."""
+    return cfg.delta if job.grace is None else job.grace
+
+
 def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
     """The archive a job creates: its [archive] section, with ``auto`` resolved (checked and
     completed by storage's ``build_config``, as ``ebb init`` is). ``auto`` is the layout advisor's
@@ -91,10 +106,12 @@ def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
 
     a = job.archive
     s = a.max_lifetime or cls.max_lifetime
+    # history and log sizes are the job's whatever the layout; None leaves storage's default
+    kept = {"retain": a.retain, **({} if a.update_log is None else {"update_log": a.update_log})}
     advised = auto_layout(job) if a.layout == "auto" else None
     if advised is not None:
         return build_config(**advised.settings(), interval=a.interval, max_lifetime=s, start=a.start,
-                            key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit)
+                            key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit, **kept)
     layout = cls.layout if a.layout == "auto" else a.layout
     p = -(-s // a.interval)
     doubly = layout == "doubly"
@@ -102,19 +119,86 @@ def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
         layout=layout, mode=a.mode, interval=a.interval, max_lifetime=s, start=a.start,
         partitioning=a.partitioning, split=a.split, G=(a.G or min(2, p)) if doubly else None,
         E=(a.E or min(2, p)) if doubly else None, n=None if doubly else (a.n or min(4, p)),
-        key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit,
+        key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit, **kept,
     )
 
 
 @contextmanager
-def runner_lock(path: str) -> Iterator[None]:
-    """Only one ``ebb run`` per archive: a second one fails at once."""
-    os.makedirs(path, exist_ok=True)
+def runner_lock(path: str, data_dir: str | None = None) -> Iterator[None]:
+    """Only one ``ebb run`` per archive: a second one fails at once. If there is no archive on the
+    way out, what this run made is removed again: the lock file, the directories (``path``,
+    ``data_dir``, their parents) and an archive creation that failed part way in a directory of
+    its own; never anything that was there before."""
+    made = _missing_dirs(path) + (_missing_dirs(data_dir) if data_dir else [])
+    lock_file = os.path.join(path, LOCK_FILE)
+    fd, lock_made = _lock(lock_file)
     try:
-        with exclusive_lock(os.path.join(path, LOCK_FILE)):
-            yield
-    except LockHeld:
-        raise ArchiveBusy(f"another `ebb run` is already running on {path}") from None
+        yield
+    finally:
+        try:
+            if not os.path.exists(os.path.join(path, MARKER)):
+                _remove_made(path, made, lock_file if lock_made else None)
+        finally:
+            os.close(fd)
+
+
+def _missing_dirs(path: str) -> list[str]:
+    """``path`` and those of its parents that do not exist yet."""
+    out, p = [], os.path.abspath(path)
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        out.append(p)
+        p = os.path.dirname(p)
+    return out
+
+
+def _lock(lock_file: str) -> tuple[int, bool]:
+    """flock(LOCK_EX) on ``lock_file``, created (with its directory) if needed: (fd, whether this
+    call created the file). The kernel drops the lock when the process dies."""
+    for _ in range(100):
+        os.makedirs(os.path.dirname(lock_file), exist_ok=True)
+        try:
+            fd, made = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            try:
+                fd, made = os.open(lock_file, os.O_RDWR), False
+            except FileNotFoundError:
+                continue  # its runner removed it on the way out: make a new one
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ArchiveBusy(f"another `ebb run` is already running on {os.path.dirname(lock_file)}") from None
+        # a runner removes its lock file before releasing it (_remove_made): a lock taken on a file
+        # opened before that holds nothing, so only the file still at the path counts
+        st = os.fstat(fd)
+        try:
+            here = os.stat(lock_file)
+        except FileNotFoundError:
+            here = None
+        if here is not None and (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino):
+            return fd, made
+        os.close(fd)
+    raise ArchiveBusy(f"could not lock {lock_file}: other runners keep replacing it")
+
+
+def _remove_made(path: str, made: list[str], lock_file: str | None) -> None:
+    """Undoes a run that created no archive: its lock file (still held, see _lock), what a failed
+    ``Archive.create`` left in a directory this run made, then the directories it made, deepest
+    first and only if empty."""
+    if lock_file is not None:
+        os.remove(lock_file)
+    if os.path.abspath(path) in made:  # nothing in it predates this run
+        for name in (INDEX_DIR, DATA_DIR, LOCK, MARKER + ".tmp"):
+            full = os.path.join(path, name)
+            if os.path.isdir(full):
+                shutil.rmtree(full, ignore_errors=True)
+            elif os.path.exists(full):
+                os.remove(full)
+    for d in sorted(made, key=lambda d: d.count(os.sep), reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass  # not empty: someone else's files are in it
 
 
 class Scheduler:
@@ -122,11 +206,14 @@ class Scheduler:
 
     def __init__(self, job: Job, master: str | None = None, conf: dict[str, str] | None = None,
                  say: Callable[[str], None] = print, verbose: bool = False, load_on: str | None = None,
-                 part_bytes: int | None = None):
+                 part_bytes: int | None = None, clock: Callable[[], int] = time.time_ns,
+                 sleep: Callable[[float], None] = time.sleep):
         """``load_on``: "driver" (results collected here, loaded by this process) or "executors"
         (each tick's run files written by Spark tasks; see indexer/executor_load.py). Default:
         executors when ``master`` is a cluster, the driver in local mode. ``part_bytes``: the live
-        bytes of a Rebuild sub-index one executor task rewrites (storage's PART_BYTES by default)."""
+        bytes of a Rebuild sub-index one executor task rewrites (storage's PART_BYTES by default).
+        ``clock`` (nanoseconds since the epoch) and ``sleep`` (seconds) are the wall clock and how
+        to wait for it; tests pass their own to drive time."""
         self.job = job
         self.load_on = load_on or ("executors" if master and not master.startswith("local") else "driver")
         if self.load_on not in ("driver", "executors"):
@@ -134,13 +221,14 @@ class Scheduler:
         self.part_bytes = part_bytes
         self.cls = classify(job)
         self.master, self.conf, self.say, self.verbose = master, conf or {}, say, verbose
+        self.clock, self.sleep = clock, sleep
         self._spark = None
         self._computed = False  # whether a tick has run a Spark query yet
         self._lock = None
         self.archive: Archive | None = None
 
     def __enter__(self) -> "Scheduler":
-        self._lock = runner_lock(self.job.archive.path)
+        self._lock = runner_lock(self.job.archive.path, self.job.archive.data_dir)
         self._lock.__enter__()
         try:
             self.archive = self._open_archive()
@@ -194,12 +282,21 @@ class Scheduler:
         return Progress.from_bytes(raw) if raw else Progress(fingerprint(self.job))
 
     # -- which ticks ---------------------------------------------------------------------------
+    @property
+    def grace(self) -> int:
+        return grace_of(self.job, self.config)
+
     def now_slot(self) -> int:
-        """The last tick due by the wall clock."""
+        """The last tick due by the wall clock: tick j is due once it reads T_j + grace."""
         if self.job.time_unit == "chronon":
             raise JobError("time_unit is 'chronon': there is no wall clock to follow; use --ticks N or --until T")
-        now = (time.time_ns() // 1000 - self.job.origin_us) // TIME_UNITS_US[self.job.time_unit]
-        return (int(now) - self.config.tau) // self.config.delta
+        now = (self.clock() // 1000 - self.job.origin_us) // TIME_UNITS_US[self.job.time_unit]
+        return (int(now) - self.grace - self.config.tau) // self.config.delta
+
+    def due_ns(self, j: int) -> int:
+        """The wall-clock instant (ns since the epoch) at which tick j becomes due."""
+        T = self.config.time.time_of(j) + self.grace
+        return (self.job.origin_us + T * TIME_UNITS_US[self.job.time_unit]) * 1000
 
     def when(self, T: int) -> str:
         """Event time T for people: ``T=3660 (2026-01-01 01:01:00 UTC)``."""
@@ -233,7 +330,8 @@ class Scheduler:
             if first:
                 first = False
                 if due <= 0:
-                    self.say(f"no tick is due: the next, tick {nxt}, is at {self.when(tm.time_of(nxt))}")
+                    self.say(f"no tick is due: the next, tick {nxt}, is at {self.when(tm.time_of(nxt))}"
+                             + (self._after_grace() if ticks is None and until is None else ""))
                 elif due > 1:  # a single tick's own line says the same
                     self.say(f"{due} ticks due: tick {nxt} at {self.when(tm.time_of(nxt))} to tick {last} at "
                              f"{self.when(tm.time_of(last))}")
@@ -245,8 +343,11 @@ class Scheduler:
                 nxt += 1
             if not follow:
                 return done
-            wait = tm.time_of(nxt) - (time.time_ns() // 1000 - self.job.origin_us) / TIME_UNITS_US[self.job.time_unit]
-            time.sleep(max(0.2, min(wait * TIME_UNITS_US[self.job.time_unit] / 1e6, 60)))
+            self.sleep(max(0.2, min((self.due_ns(nxt) - self.clock()) / 1e9, 60)))
+
+    def _after_grace(self) -> str:
+        g = self.grace
+        return f" and runs {g} {self.job.time_unit} later (job.grace)" if g else ""
 
     def _refuse(self, due: int, limit: int, nxt: int, last: int) -> None:
         tm = self.config.time

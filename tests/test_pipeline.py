@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -210,14 +209,15 @@ def test_run_twice_loads_nothing_twice_and_catches_up(spark, tmp_path):
 
 
 def test_wall_clock_catch_up(spark, tmp_path):
-    """Without --ticks/--until, `ebb run` runs every tick due by the wall clock."""
-    origin = time.time() - (TAU + 3 * DELTA + 2)  # now is 2 s after tick 3
-    text = AGGREGATE.replace('time_unit = "chronon"', f'time_unit = "s"\norigin = "{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(origin))}Z"')
+    """Without --ticks/--until, `ebb run` runs every tick due by the wall clock: tick j once it reads
+    T_j + grace (by default one Delta)."""
+    origin = 1_767_225_600  # 2026-01-01T00:00:00Z
+    text = AGGREGATE.replace('time_unit = "chronon"', 'time_unit = "s"\norigin = "2026-01-01T00:00:00Z"')
     job = write_job(tmp_path, text)
-    with Scheduler(job, say=lambda m: None) as sch:
-        assert sch.now_slot() in (3, 4)
-        n = sch.run()
-        assert n == sch.now_slot() + 1 and sch.progress().last_slot == sch.now_slot()
+    now = (origin + TAU + 3 * DELTA + DELTA + 2) * 10**9  # 2 s after tick 3 became due
+    with Scheduler(job, say=lambda m: None, clock=lambda: now) as sch:
+        assert sch.now_slot() == 3
+        assert sch.run() == 4 and sch.progress().last_slot == 3
 
 
 def test_one_runner_per_archive(tmp_path):
