@@ -93,6 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--block-bytes", type=int, metavar="BYTES",
                    help="target size of a data block, the unit of reads and checksums (default: 524288)")
     c.add_argument("--time-unit", help="what one chronon is (e.g. s, ms); recorded for readers")
+    c.add_argument("--retain", type=int, default=0, metavar="CHRONONS",
+                   help="history kept for reads --as-of an earlier instant: every version current at some "
+                        "instant of the last CHRONONS stays readable (default 0: only the current version)")
+    c.add_argument("--update-log", type=int, default=None, metavar="N",
+                   help="update records kept for `ebb stats` (default 1000); older ones count only in its totals")
     c.add_argument("--seed", type=int, default=None, help="random partitioning: the hash seed (default: drawn at random)")
 
     c = cmd("load", "apply one periodic update from a Parquet file",
@@ -227,7 +232,8 @@ def _cmd_init(a) -> int:
         layout=a.layout, mode=a.mode, interval=a.interval, max_lifetime=a.max_lifetime, start=a.start,
         partitioning=a.partitioning, G=a.G, E=a.E, split=a.split, n=a.n, key_column=a.key_column,
         ts_column=a.ts_column, exp_column=a.exp_column, accept_overlong=a.accept_overlong,
-        block_bytes=a.block_bytes, seed=a.seed, time_unit=a.time_unit,
+        block_bytes=a.block_bytes, seed=a.seed, time_unit=a.time_unit, retain=a.retain,
+        **({} if a.update_log is None else {"update_log": a.update_log}),
     )
     with Archive.create(a.path, cfg, data_dir=a.data_dir) as arc:
         note = f" (S rounded up to {cfg.max_lifetime})" if cfg.max_lifetime != a.max_lifetime else ""

@@ -113,6 +113,7 @@ class ArchiveReader:
         snap = snapshot if snapshot is not None else self.archive.snapshot()
         try:
             tasks = snap.plan(Scan(), as_of, subindices)
+            snap.hold()  # a scan may outlast many updates: its version stays readable until it ends
         except BaseException:
             if snapshot is None:
                 snap.close()

@@ -12,18 +12,20 @@
   probes and ``<``, ``<=``, ``>``, ``>=`` key ranges; the plan then holds only the blocks that may
   hold those keys (found from the block directories; no data is read to plan). Other filters
   are left to Spark.
-- Consistency: the planner pins the committed state (``update_seq``) and ``as_of`` (default: the
-  last update time) in every partition. A partition reads from one snapshot and refuses to answer
-  from any other state, so a DataFrame is either exactly one committed state or an error saying
-  that an update committed in between (re-run the read).
-- Options: ``as_of`` (int chronons); ``metrics_dir``: each partition writes a JSON file there with
-  what it read (``ReadStats``: sub-indices, blocks, bytes, rows), for tests and tuning.
+- Consistency: the planner takes a lease on the committed version it plans on (``Snapshot.lease``)
+  and every partition carries it: whatever commits while the action runs, every task reads the
+  planned version's blocks, which garbage collection keeps while the lease lives. Each task
+  renews the lease as it reads; it expires ``lease_seconds`` after the last renewal (the source
+  has no end-of-action hook), and the space it pinned comes back at the next update after that.
+- Options: ``as_of`` (int chronons: the last update's time by default, or any instant the archive
+  retains, ``ebb init --retain``); ``lease_seconds`` (default 300); ``metrics_dir``: each
+  partition writes a JSON file there with what it read (``ReadStats``: sub-indices, blocks,
+  bytes, rows), for tests and tuning.
 
-Planning runs on the driver, from the archive's metadata. An executor that sees the archive's
-path reads its partition in a snapshot pinned to the planned state; one that mounts only the
-data files (a cluster whose metadata is on the driver's local disk, docs/cluster.md) reads the
-planned blocks directly (``read_unpinned``), and fails rather than answer if an update has
-reclaimed them since.
+Planning runs on the driver, from the archive's metadata (or the copy published in a data
+directory). Executors need only the data directory (docs/cluster.md): a partition reads its
+planned blocks directly (``read_unpinned``); if its lease expired and the blocks were reclaimed,
+it fails saying so, never with another version's rows.
 """
 
 from __future__ import annotations
@@ -91,21 +93,17 @@ class KeySelection:
 
 
 class EbbPartition(InputPartition):
-    """One read task of the plan of one pinned committed state (``update_seq``). ``kind`` is
-    scan, probe or probe_range (what the pushed filters asked for)."""
+    """One read task of the plan of one committed version (``update_seq``), pinned by ``lease``.
+    ``kind`` is scan, probe or probe_range (what the pushed filters asked for)."""
 
-    def __init__(self, task, update_seq: int, kind: str, read_args: tuple):
+    def __init__(self, task, update_seq: int, kind: str, read_args: tuple, lease):
         super().__init__(task.subindex)
-        self.task, self.update_seq, self.kind = task, update_seq, kind
-        self.read_args = read_args  # (data_dir, schema, config): to read where the metadata is not mounted
+        self.task, self.update_seq, self.kind, self.lease = task, update_seq, kind, lease
+        self.read_args = read_args  # (data_dir, schema, config): to read without the metadata
 
     def __repr__(self) -> str:
         t = self.task
         return f"EbbPartition(I{t.subindex + 1} {t.file}, {len(t.blocks)} blocks, {self.kind}, update {self.update_seq}, as_of {t.as_of})"
-
-
-class StaleRead(RuntimeError):
-    """The archive was updated between planning and reading this partition."""
 
 
 class EbbDataSource(DataSource):
@@ -122,6 +120,13 @@ class EbbDataSource(DataSource):
             self.as_of = None if raw in (None, "") else int(raw)
         except ValueError:
             raise ValueError(f"option as_of must be an integer number of chronons, got {raw!r}") from None
+        raw = options.get("lease_seconds")
+        try:
+            self.lease_seconds = 300.0 if raw in (None, "") else float(raw)
+            if not self.lease_seconds > 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"option lease_seconds must be a positive number of seconds, got {raw!r}") from None
         self.metrics_dir = options.get("metrics_dir") or None
 
     @classmethod
@@ -151,15 +156,16 @@ class EbbDataSource(DataSource):
         if missing:
             raise ValueError(f"column(s) {', '.join(missing)} are not in the archive (it has {', '.join(stored.names)})")
         key_is_int = pa.types.is_integer(stored.field(cfg.key_column).type)
-        return EbbReader(self.path, self.as_of, self.metrics_dir, schema, cfg.key_column, key_is_int)
+        return EbbReader(self.path, self.as_of, self.lease_seconds, self.metrics_dir, schema, cfg.key_column,
+                         key_is_int)
 
 
 class EbbReader(DataSourceReader):
     """Plans partitions on one committed state and reads them as Arrow record batches."""
 
-    def __init__(self, path: str, as_of: int | None, metrics_dir: str | None, schema: StructType,
-                 key_column: str, key_is_int: bool):
-        self.path, self.as_of, self.metrics_dir = path, as_of, metrics_dir
+    def __init__(self, path: str, as_of: int | None, lease_seconds: float, metrics_dir: str | None,
+                 schema: StructType, key_column: str, key_is_int: bool):
+        self.path, self.as_of, self.lease_seconds, self.metrics_dir = path, as_of, lease_seconds, metrics_dir
         self.schema = schema
         self.key_column, self.key_is_int = key_column, key_is_int
         self.selection = KeySelection()
@@ -228,8 +234,12 @@ class EbbReader(DataSourceReader):
                 request, kind = KeyRange(sel.lo, sel.hi), "probe_range"
             else:
                 request, kind = Scan(), "scan"
+            tasks = snap.plan(request, self.as_of)
+            if not tasks:
+                return []
+            lease = snap.lease(self.as_of, self.lease_seconds)  # taken while the snapshot still pins it
             args = snap.read_args()
-            return [EbbPartition(task, snap.state.update_seq, kind, args) for task in snap.plan(request, self.as_of)]
+            return [EbbPartition(task, snap.state.update_seq, kind, args, lease) for task in tasks]
 
     # -- reading (executor-side Python worker) ----------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -237,19 +247,17 @@ class EbbReader(DataSourceReader):
             return  # the placeholder partition Spark adds when the plan has none
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from ..storage.files import MARKER
         from ..storage.snapshot import read_unpinned
         from .reader import ReadStats
 
         target = to_arrow_schema(self.schema, timezone="UTC")
         names = self.schema.fieldNames()
         rows = 0
+        lease = partition.lease
         try:
-            if os.path.isfile(os.path.join(self.path, MARKER)):
-                batches = self._read_pinned(partition)
-            else:  # an executor that mounts only the data files (docs/cluster.md)
-                batches = read_unpinned(partition.task, *partition.read_args)
-            for b in batches:
+            lease.renew()
+            for b in read_unpinned(partition.task, *partition.read_args):
+                lease.renew()  # touches the lease file at most every lease_seconds / 8
                 rows += b.num_rows
                 yield b.select(names).cast(target)
         finally:
@@ -257,19 +265,6 @@ class EbbReader(DataSourceReader):
                 stats = ReadStats()
                 stats.count(partition.task)
                 self._write_metrics(partition, stats, rows)
-
-    def _read_pinned(self, partition: "EbbPartition") -> Iterator[pa.RecordBatch]:
-        """The partition's task read in a snapshot of the state it was planned on (StaleRead if
-        an update committed since), which keeps its blocks from being reclaimed meanwhile."""
-        from ..storage.archive import open_readonly
-
-        with open_readonly(self.path) as arc, arc.snapshot() as snap:
-            if snap.state.update_seq != partition.update_seq:
-                raise StaleRead(
-                    f"ebb: the archive {self.path} was updated (update {partition.update_seq} -> "
-                    f"{snap.state.update_seq}) after this read was planned; a read must see one committed "
-                    "state, so re-run it (create the DataFrame again)")
-            yield from snap.read(partition.task)
 
     def _write_metrics(self, partition: EbbPartition, stats, rows: int) -> None:
         os.makedirs(self.metrics_dir, exist_ok=True)

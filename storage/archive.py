@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import lmdb
 import pyarrow as pa
 
-from . import files, lmdb_env, published
+from . import files, leases, lmdb_env, published
 from .block_format import physical_schema
 from .config import ArchiveConfig, check_config
 from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, ReadError, RejectedBatch
@@ -426,15 +426,37 @@ def open_readonly(path: str) -> Archive:
 
 
 class _PublishedSnapshot(Snapshot):
-    """A snapshot of a published copy. Nothing pins its version once ``published.KEEP`` newer
-    ones are published, so a read that finds its blocks gone says that, not "corruption"."""
+    """A snapshot of a published copy. A published copy is pinned only while it is among the
+    newest ``published.KEEP``, so a read that must last longer calls ``hold``, which takes a
+    lease (``leases``) if the data directory is writable here; a read whose blocks are gone says
+    its version was reclaimed, not "corruption"."""
 
     def __init__(self, archive: PublishedArchive):
+        self._lease: leases.Lease | None = None
         with archive._switch:
             super().__init__(archive)
             self._copy_dir = archive.copy_dir
 
+    @property
+    def version_txn(self) -> int:
+        # a compacted copy restarts LMDB's transaction ids: the writer's is in the copy's name
+        return int(os.path.basename(self._copy_dir)[1:])
+
+    def hold(self) -> None:
+        if self._lease is not None:
+            return
+        try:
+            self._lease = self.lease()
+        except OSError:
+            return  # a read-only mount: the read lasts as long as the published copies do
+        if not os.path.isdir(self._copy_dir):  # dropped before the lease was seen: maybe reclaimed
+            self._lease.release()
+            self._lease = None
+            self._reclaimed()
+
     def read(self, task):
+        if self._lease is not None:
+            self._lease.renew()
         try:
             yield from super().read(task)
         except CorruptionError:
@@ -448,8 +470,14 @@ class _PublishedSnapshot(Snapshot):
             self._reclaimed()
             raise
 
+    def close(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        super().close()
+
     def _reclaimed(self) -> None:
         """ReadError if this snapshot's version was reclaimed (the failure is not corruption)."""
-        if not os.path.isdir(self._copy_dir):
+        if not os.path.isdir(self._copy_dir) and self._lease is None:
             raise ReadError(f"{self._archive.path}: the version this read started on (update {self.state.update_seq}) "
                             f"was reclaimed after {published.KEEP} newer updates were published; run the read again") from None

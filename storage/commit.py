@@ -1,9 +1,11 @@
 """The commit of an update: the new version written in one LMDB transaction, then committed.
 
 Before ``commit`` is called every new run file is durable (fsync'd, and its directory entry
-too). ``commit`` writes the new runs' descriptors, drops those of replaced runs, puts replaced
-space on the garbage list tagged with this transaction, writes the state, the update record and
-any producer checkpoint, and commits. The transaction's commit is the update's single commit
+too). ``commit`` writes the new runs' descriptors, puts replaced space on the garbage list
+tagged with this transaction (a replaced run's descriptor stays until garbage collection deletes
+its file: kept versions and pinned reads may still plan with it), writes the state, the update
+record (trimming the log to ``config.update_log`` records), the version kept for reads as of
+earlier instants (``config.retain``) and any producer checkpoint, and commits. The transaction's commit is the update's single commit
 point: before it, no reader or recovery sees anything of the update; after it, all of it.
 """
 
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 from .faults import crash_point
 from .manifest import (
-    ArchiveState, append_update_record, delete_run, read_garbage, read_migrations, write_checkpoint, write_config,
-    write_garbage, write_migrations, write_run, write_schema, write_state,
+    ArchiveState, append_update_record, keep_version, parse_config, read_config_bytes, read_garbage,
+    read_migrations, trim_update_records, write_checkpoint, write_config, write_garbage, write_migrations, write_run,
+    write_schema, write_state,
 )
 from .maintenance import SubIndexChange
 
@@ -22,16 +25,12 @@ def stage(txn, state: ArchiveState, changes: list[SubIndexChange], schema_to_wri
     """Writes the new version into the open write transaction ``txn`` (not yet committed).
     ``dropped_runs``: runs leaving the version besides those of ``changes`` (drained ones)."""
     garbage = read_garbage(txn)
-    for name in dropped_runs:
-        delete_run(txn, name)
-        garbage.append([name, txn.id(), None])
+    garbage += [[name, txn.id(), None] for name in dropped_runs]
     for ch in changes:
         state.subindices[ch.i].runs = ch.runs
         for desc in ch.new_runs:
             write_run(txn, desc)
-        for name in ch.dropped_runs:
-            delete_run(txn, name)
-            garbage.append([name, txn.id(), None])
+        garbage += [[name, txn.id(), None] for name in ch.dropped_runs]
         garbage += [[name, txn.id(), end] for name, end in ch.dead_prefixes]
     write_garbage(txn, garbage)
     if schema_to_write is not None:
@@ -39,7 +38,17 @@ def stage(txn, state: ArchiveState, changes: list[SubIndexChange], schema_to_wri
     for name, value in (checkpoint or {}).items():
         write_checkpoint(txn, name, value)
     write_state(txn, state)
+    config = parse_config(read_config_bytes(txn))
     append_update_record(txn, state.update_seq, record)
+    trim_update_records(txn, state.update_seq, config.update_log)
+    keep_current(txn, config, state)
+
+
+def keep_current(txn, config, state: ArchiveState) -> None:
+    """Keeps the new version for reads as of instants before the next update, if the archive
+    retains history (``config.retain``)."""
+    if config.retain and state.last_slot is not None:
+        keep_version(txn, config.time.time_of(state.last_slot), state, config.retain)
 
 
 def stage_migration(txn, config, state: ArchiveState, new_runs: list, dropped_runs: list[str], record: dict) -> None:
@@ -48,12 +57,11 @@ def stage_migration(txn, config, state: ArchiveState, new_runs: list, dropped_ru
     garbage = read_garbage(txn)
     for desc in new_runs:
         write_run(txn, desc)
-    for name in dropped_runs:
-        delete_run(txn, name)
-        garbage.append([name, txn.id(), None])
+    garbage += [[name, txn.id(), None] for name in dropped_runs]
     write_garbage(txn, garbage)
     write_config(txn, config)
     write_state(txn, state)
+    keep_current(txn, config, state)
     write_migrations(txn, read_migrations(txn) + [record])
 
 

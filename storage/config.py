@@ -21,6 +21,8 @@ MAX_SLOTS = 1_000_000  # p = S / Delta; per-slot tables (stats, plans) are O(p)
 DEFAULT_BLOCK_BYTES = 512 << 10
 MIN_BLOCK_BYTES, MAX_BLOCK_BYTES = 256, 64 << 20
 RESERVED_PREFIX = "__ebb"
+DEFAULT_UPDATE_LOG = 1000
+MAX_UPDATE_LOG = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class ArchiveConfig:
     block_bytes: int = DEFAULT_BLOCK_BYTES  # target size of a data block
     seed: int = 0  # random partitioning's hash seed
     time_unit: str | None = None  # informational: what one chronon is
+    # history kept for reads ``as_of`` an earlier instant (chronons; 0: only the current version)
+    retain: int = 0
+    update_log: int = DEFAULT_UPDATE_LOG  # update records kept (older ones only in the totals)
 
     @property
     def time(self) -> TimeModel:
@@ -74,7 +79,8 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
                  split: str = "insertion", n: int | None = None, key_column: str = "key",
                  ts_column: str = "ts", exp_column: str = "exp", accept_overlong: bool = False,
                  block_bytes: int | None = None, seed: int | None = None,
-                 time_unit: str | None = None) -> ArchiveConfig:
+                 time_unit: str | None = None, retain: int = 0,
+                 update_log: int = DEFAULT_UPDATE_LOG) -> ArchiveConfig:
     """A checked configuration with defaults applied (G = E = 2, n = 4, 512 KiB blocks, a fresh
     seed for random partitioning). Raises ConfigError naming the first bad setting."""
     for name, v in (("--interval (Delta)", interval), ("--max-lifetime (S)", max_lifetime)):
@@ -125,6 +131,11 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
     for c in cols:
         if not c or c.startswith(RESERVED_PREFIX):
             raise ConfigError(f"column name {c!r} is not allowed (empty, or starts with the reserved {RESERVED_PREFIX!r})")
+    if not isinstance(retain, int) or isinstance(retain, bool) or not 0 <= retain <= MAX_TIME:
+        raise ConfigError(f"--retain must be a whole number of chronons from 0 to {MAX_TIME}, got {retain!r}")
+    if not isinstance(update_log, int) or isinstance(update_log, bool) or not 1 <= update_log <= MAX_UPDATE_LOG:
+        raise ConfigError(f"--update-log must be a whole number of update records from 1 to {MAX_UPDATE_LOG}, "
+                          f"got {update_log!r}")
     if seed is None:
         seed = secrets.randbits(63) if layout == "doubly" and partitioning == "random" else 0
     return ArchiveConfig(
@@ -132,7 +143,7 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
         split=split if layout == "wave" else "insertion", G=G, E=E, n_wave=n_wave, mode=mode,
         tau=tm.tau, delta=tm.delta, max_lifetime=tm.max_lifetime, key_column=key_column, ts_column=ts_column,
         exp_column=exp_column, accept_overlong=bool(accept_overlong), block_bytes=int(block_bytes), seed=int(seed),
-        time_unit=time_unit,
+        time_unit=time_unit, retain=int(retain), update_log=int(update_log),
     )
 
 
@@ -145,4 +156,5 @@ def check_config(cfg: ArchiveConfig) -> ArchiveConfig:
         n=cfg.n_wave if cfg.layout == "wave" else None, key_column=cfg.key_column, ts_column=cfg.ts_column,
         exp_column=cfg.exp_column, accept_overlong=cfg.accept_overlong, block_bytes=cfg.block_bytes,
         seed=cfg.seed if (cfg.seed or cfg.partitioning != "random") else None, time_unit=cfg.time_unit,
+        retain=cfg.retain, update_log=cfg.update_log,
     )

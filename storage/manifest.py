@@ -13,7 +13,10 @@ Keys (one LMDB database):
     run/NAME        the RunDescriptor of run file NAME
     garbage         files and file prefixes replaced by committed updates, not yet reclaimed
     ext/NAME        a producer's progress record, committed with the update it describes
-    upd/SEQ         the UpdateRecord of update SEQ (8 bytes big-endian)
+    upd/SEQ         the UpdateRecord of update SEQ (8 bytes big-endian); the last
+                    ``config.update_log`` are kept
+    ver/TIME        a version kept for reads as of an earlier instant (``config.retain``): its
+                    time, LMDB transaction id and state (TIME: 8 bytes big-endian, offset by 2^63)
     migrations      the log of layout changes (``migrate``), oldest first
 """
 
@@ -271,8 +274,75 @@ def read_update_records(txn, last: int | None = None) -> list[dict]:
     return out if last is None else out[-last:] if last else []
 
 
+def _trim(txn, prefix: bytes, below: bytes) -> None:
+    """Deletes every key that starts with ``prefix`` and sorts before ``prefix + below``."""
+    cur = txn.cursor()
+    if not cur.set_range(prefix):
+        return
+    while cur.key().startswith(prefix) and cur.key() < prefix + below:
+        if not cur.delete():
+            break
+
+
+def trim_update_records(txn, seq: int, keep: int) -> None:
+    """Keeps only the update records of the last ``keep`` updates (``seq`` the newest)."""
+    if seq > keep:
+        _trim(txn, b"upd/", (seq - keep + 1).to_bytes(8, "big"))
+
+
+@dataclass(frozen=True)
+class KeptVersion:
+    """A committed version kept for reads as of an instant before the last update."""
+
+    time: int  # its update's time: the version is current from it until the next update's
+    txn: int  # the LMDB transaction that committed it (garbage it replaced waits for it)
+    state: ArchiveState
+
+
+def _time_key(t: int) -> bytes:
+    return b"ver/" + (t + (1 << 63)).to_bytes(8, "big")
+
+
+def _kept(k: bytes, v) -> KeptVersion:
+    head, _, body = bytes(unseal(b"VERS", bytes(k), v, "kept version")).partition(b"\n")
+    h = json.loads(head)
+    return KeptVersion(h["time"], h["txn"], ArchiveState.from_json(body))
+
+
+def keep_version(txn, time: int, state: ArchiveState, retain: int) -> None:
+    """Records ``state`` as the version current from ``time`` (committed by ``txn``), and drops
+    the kept versions that no instant of the last ``retain`` chronons needs: those older than the
+    version that was current at ``time - retain``."""
+    key = _time_key(time)
+    head = json.dumps({"time": time, "txn": txn.id()}).encode()
+    txn.put(key, seal(b"VERS", key, head + b"\n" + state.to_json()))
+    cur = txn.cursor()
+    if _seek_at(cur, time - retain):
+        _trim(txn, b"ver/", bytes(cur.key())[4:])
+
+
+def _seek_at(cur, t: int) -> bool:
+    """Puts ``cur`` on the newest kept version with time <= ``t``; False if there is none."""
+    found = cur.prev() if cur.set_range(_time_key(t + 1)) else cur.last()
+    return found and bytes(cur.key()).startswith(b"ver/")
+
+
+def kept_version_at(txn, t: int) -> KeptVersion | None:
+    """The kept version current at instant ``t`` (the newest with time <= t), or None."""
+    cur = txn.cursor()
+    return _kept(cur.key(), cur.value()) if _seek_at(cur, t) else None
+
+
+def oldest_kept_version(txn) -> KeptVersion | None:
+    """The oldest version kept for reads as of earlier instants, or None if none is kept."""
+    cur = txn.cursor()
+    if not cur.set_range(b"ver/") or not cur.key().startswith(b"ver/"):
+        return None
+    return _kept(cur.key(), cur.value())
+
+
 _TAGS = {b"config": b"CONF", b"state": b"STAT", b"schema": b"SCHM", b"garbage": b"GARB", b"migrations": b"MIGR"}
-_PREFIX_TAGS = {b"run/": b"RUN2", b"ext/": b"EXTN", b"upd/": b"UPDT"}
+_PREFIX_TAGS = {b"run/": b"RUN2", b"ext/": b"EXTN", b"upd/": b"UPDT", b"ver/": b"VERS"}
 
 
 def check_all(txn) -> list[str]:

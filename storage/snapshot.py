@@ -13,10 +13,11 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from . import leases
 from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import ReadError
-from .manifest import ArchiveState
+from .manifest import ArchiveState, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
 from .read_plan import ReadRequest, ReadTask, plan, sources, where
@@ -49,12 +50,49 @@ class Snapshot:
         return tm.tau if self.state.last_slot is None else tm.time_of(self.state.last_slot)
 
     def check_as_of(self, as_of: int | None) -> int:
-        """``as_of`` or the snapshot's time; an earlier time is an error (docs/spec.md section 2)."""
+        """``as_of`` or the snapshot's time; ReadError for an instant before the oldest version
+        the archive keeps (docs/spec.md section 2)."""
+        return self.version_at(as_of)[0]
+
+    def version_at(self, as_of: int | None) -> tuple[int, ArchiveState]:
+        """``as_of`` (default: the snapshot's time) and the state of the version current at that
+        instant: this snapshot's, or for an earlier instant the version kept for it
+        (``config.retain``). ReadError naming the oldest readable instant if none is kept."""
+        t, state, _ = self._version(as_of)
+        return t, state
+
+    def _version(self, as_of: int | None) -> tuple[int, ArchiveState, int]:
+        """``version_at``, and the LMDB transaction id that committed that version."""
         if as_of is None:
-            return self.time
-        if as_of < self.time:
-            raise ReadError(f"as_of {as_of} is before the last update at {self.time}: expired history is not kept")
-        return int(as_of)
+            return self.time, self.state, self.version_txn
+        if as_of >= self.time:
+            return int(as_of), self.state, self.version_txn
+        kept = kept_version_at(self.txn, as_of)
+        if kept is None:
+            oldest = oldest_kept_version(self.txn)
+            since = self.time if oldest is None else oldest.time
+            raise ReadError(f"as_of {as_of} is before {since}, the oldest instant this archive can still read "
+                            f"(the last update was at {self.time}; it keeps {self.config.retain} chronons of history: "
+                            "ebb init --retain)")
+        return int(as_of), kept.state, kept.txn
+
+    @property
+    def version_txn(self) -> int:
+        """The LMDB transaction id that committed this snapshot's version (what garbage
+        collection and leases count versions by)."""
+        return self.txn.id()
+
+    # -- pinning beyond this process ------------------------------------------------------------
+    def lease(self, as_of: int | None = None, seconds: float = leases.DEFAULT_SECONDS) -> leases.Lease:
+        """Pins the version current at ``as_of`` for reads that outlive this snapshot or run in
+        other processes (the tasks of a Spark action): its space stays until the lease is
+        released or ``seconds`` pass without a renewal (``leases``)."""
+        return leases.take(self._archive.data_dir, self._version(as_of)[2], seconds)
+
+    def hold(self) -> None:
+        """Keeps this snapshot's version readable until it is closed, however long a read of it
+        lasts. An archive's own snapshot already does (its LMDB read transaction is in the
+        writer's reader table); a published copy's takes a lease (``_PublishedSnapshot``)."""
 
     @property
     def n(self) -> int:
@@ -72,10 +110,10 @@ class Snapshot:
 
     def plan(self, request: ReadRequest, as_of: int | None = None, subindices: list[int] | None = None) -> list[ReadTask]:
         """The read tasks answering ``request`` as of ``as_of`` (default: the last update)."""
-        t = self.check_as_of(as_of)
+        t, state = self.version_at(as_of)
         if self.schema is None:
             return []
-        return plan(self.state, self.descriptor, request, t, subindices, self.page_sums)
+        return plan(state, self.descriptor, request, t, subindices, self.page_sums)
 
     def probe(self, key, as_of: int | None = None,
               subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]] | None:
@@ -84,11 +122,11 @@ class Snapshot:
         None where that path does not apply (a string-keyed or empty archive, a key that is not
         an int64, more runs than it may hold open at once): plan a ``Probe`` instead. Same
         answer, checks and errors as that plan."""
-        t = self.check_as_of(as_of)
+        t, state = self.version_at(as_of)
         layout = self._archive.point_layout
         if layout is None or type(key) is not int or not -(1 << 63) <= key < (1 << 63):
             return None
-        runs = self._point_runs(layout, subindices)
+        runs = self._point_runs(layout, subindices, state)
         return None if runs is None else point_probe(runs, key, t, self.schema, f"archive {self._archive.path}")
 
     def prepare_point_probes(self, read_metadata: bool = False) -> None:
@@ -105,13 +143,13 @@ class Snapshot:
         if read_metadata:  # descriptors (~80 bytes a block) and page sums (4 bytes a 4 KiB page)
             if sum(80 * r.blocks + r.bytes // 1024 for r in runs) > meta.limit:
                 return
-            prepared = self._point_runs(layout, None)
+            prepared = self._point_runs(layout, None, self.state)
             for source in prepared.sources if prepared is not None else ():
                 source.prefetch(0, 1)
         elif all(meta.holds_run_arrays(r.name) for r in runs):
-            self._point_runs(layout, None)
+            self._point_runs(layout, None, self.state)
 
-    def _point_runs(self, layout: ColumnLayout, subindices: list[int] | None) -> ProbeRuns | None:
+    def _point_runs(self, layout: ColumnLayout, subindices: list[int] | None, state: ArchiveState) -> ProbeRuns | None:
         """The runs a point probe searches (it skips those expired by its ``as_of``). Those of
         every sub-index are kept for the archive's current version (``Archive.point_runs``)
         while their arrays fit within the metadata cache's budget. None if there are more than
@@ -119,21 +157,21 @@ class Snapshot:
         read holds one run open at a time, and the limit keeps descriptors below a process's."""
         archive = self._archive
         kept = archive.point_runs
-        if subindices is None and kept is not None and kept[0] is self.state:
+        if subindices is None and kept is not None and kept[0] is state:
             return kept[1]
-        if sum(len(sub.runs) for _, _, sub in sources(self.state, subindices)) > archive.open_files.limit // 2:
+        if sum(len(sub.runs) for _, _, sub in sources(state, subindices)) > archive.open_files.limit // 2:
             return None
         meta, files = archive.metadata, archive.open_files
         runs, maps, arrays, live = [], [], [], []
-        for draining, i, sub in sources(self.state, subindices):
+        for draining, i, sub in sources(state, subindices):
             for run in sub.runs:
                 runs.append(RunToProbe(i, where(i, draining), run.name))
                 maps.append(files.mapped(run.name))
                 arrays.append(meta.run_arrays(self.txn, run.name))
                 live.append((run.max_exp, run.first_live))
         found = ProbeRuns.of(runs, maps, arrays, live, layout)
-        if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit and archive._state_cache[1] is self.state:
-            archive.point_runs = (self.state, found)
+        if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit and archive._state_cache[1] is state:
+            archive.point_runs = (state, found)
         return found
 
     def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
@@ -168,10 +206,10 @@ class Snapshot:
 
 
 def read_unpinned(task: ReadTask, data_dir: str, schema: pa.Schema, config: ArchiveConfig) -> Iterator[pa.RecordBatch]:
-    """Executes a task of some snapshot's plan without the archive's metadata: for a process on
-    another machine that mounts only the data files (a Spark executor). Nothing pins the version
-    here, so if updates since the plan have reclaimed its blocks the read fails (file missing, or
-    a checksum mismatch); it never returns rows of another version."""
+    """Executes a task of some snapshot's plan without the archive's metadata: for a process
+    that has only the data files (a Spark executor). Nothing here pins the version: the planner
+    holds a lease on it (``Snapshot.lease``), and if the blocks were reclaimed all the same the
+    read fails (file missing, or a checksum mismatch); it never returns rows of another version."""
     from .files import OpenFiles
 
     files = OpenFiles(data_dir)

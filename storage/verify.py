@@ -23,6 +23,7 @@ from .checksum import page_sums
 from .config import ArchiveConfig
 from .errors import CorruptionError, EbbError
 from .files import parse_run_file
+from .leases import LEASE_DIR
 from .manifest import LiveRun, check_all, read_garbage, read_run
 from .published import META_DIR
 from .run_descriptor import PAGE_BYTES
@@ -69,6 +70,8 @@ def verify(archive) -> tuple[list[str], list[str]]:
                 continue
             if name == META_DIR and archive.publishes:
                 notes.append(f"{name}: the metadata published for readers that mount only the data directory")
+            elif name == LEASE_DIR:
+                notes.append(f"{name}: leases of reads in other processes on the versions they read")
             elif name in pending:
                 notes.append(f"{name}: replaced, deleted once no reader needs it")
             elif parse_run_file(name) is not None:

@@ -78,7 +78,7 @@ def test_output_formats_agree(tmp_path, archive):
     now = [json.loads(x) for x in ebb("scan", archive, "--format", "jsonl").stdout.splitlines()]
     assert all(r["exp"] > 12 for r in later) and len(later) < len(now)
     r = ebb("scan", archive, "--as-of", 4)
-    assert r.returncode == 2 and "before the last update" in r.stderr  # a usage error: asked for lost history
+    assert r.returncode == 2 and "the oldest instant this archive can still read" in r.stderr  # a usage error: asked for lost history
     r = ebb("probe", archive, "abc")
     assert r.returncode == 2 and "not one" in r.stderr
     r = ebb("scan", archive, "--format", "parquet")

@@ -131,7 +131,7 @@ BAD = [
     (b'{"kind": "probe", "key": "3"}', "key must be an integer"),
     (b'{"kind": "probe", "key": true}', "key must be an integer"),
     (b'{"kind": "probe_range", "lo": 1.5, "hi": 3}', "lo must be an integer"),
-    (b'{"kind": "scan", "as_of": 20}', "as_of 20 is before the last update at 26"),
+    (b'{"kind": "scan", "as_of": 20}', "as_of 20 is before 26, the oldest instant this archive can still read"),
     (b'{"kind": "scan", "as_of": "soon"}', "as_of must be an integer"),
     (b'{"kind": "scan", "path": "/etc"}', "cannot name a path"),
     (b'{"kind": "scan", "archive": "/tmp/other"}', "unknown field(s) archive"),
@@ -150,7 +150,7 @@ def test_bad_tickets_are_clear_errors_and_the_server_keeps_serving(built, server
         assert "Traceback" not in str(e.value)
     with pytest.raises(flight.FlightServerError, match="command descriptor"):
         c._client.get_flight_info(flight.FlightDescriptor.for_path("etc", "passwd"))
-    with pytest.raises(flight.FlightServerError, match="before the last update"):
+    with pytest.raises(flight.FlightServerError, match="the oldest instant this archive can still read"):
         c._client.get_flight_info(flight.FlightDescriptor.for_command(b'{"kind": "probe", "key": 1, "as_of": 0}'))
     # still serving, with the right answers
     assert rows_multiset(c.probe(3)) == oracle.probe(3, last)
@@ -232,7 +232,7 @@ def test_cli_serve_and_probe_through_the_server(built):
         r = ebb("probe", "--server", url, 3)
         assert r.returncode == 1 and "missing or wrong token" in r.stderr
         r = ebb("probe", "--server", url, 3, "--token", TOKEN, "--as-of", 1)
-        assert r.returncode == 1 and "before the last update" in r.stderr
+        assert r.returncode == 1 and "the oldest instant this archive can still read" in r.stderr
         r = ebb("probe", "--server", url, path, 3)
         assert r.returncode == 2 and "either PATH or --server" in r.stderr
         r = ebb("probe", 3)

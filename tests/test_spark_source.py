@@ -104,7 +104,7 @@ def test_as_of_option(session, built):
     path, oracle, last = built
     for t in (last + 1, last + 7):
         assert _rows(_df(session, path, as_of=t)) == oracle.scan(t)
-    with pytest.raises(Exception, match="before the last update"):
+    with pytest.raises(Exception, match="oldest instant this archive can still read"):
         _df(session, path, as_of=last - 2).collect()
 
 
@@ -164,19 +164,67 @@ def test_in_and_range_filters_are_probes(session, built, tmp_path):
     assert _df(session, path).filter((col("key") == 3) & (col("key") == 4)).count() == 0
 
 
-def test_a_dataframe_never_mixes_states(session, built, tmp_path):
-    """Partitions are pinned to the state the plan was made on; after an update a partition
-    refuses to read rather than return another state."""
+def _update(path, rng, T) -> list[dict]:
+    rows = random_rows(rng, 400, T - 1, T, 18, 200, f"late{T}-")
+    with Archive(path) as arc:
+        arc.load(table_of(rows, SCHEMA), T)
+    return rows
+
+
+def test_a_dataframe_reads_its_planned_version_across_updates(session, built, tmp_path):
+    """A DataFrame is one committed version: its plan's lease keeps that version's blocks while
+    5 Rebuild updates replace every run it reads, and collecting it again returns exactly the
+    planned version's rows; a new DataFrame reads the new version."""
     import shutil
 
     path, oracle, last = built
     copy = str(tmp_path / "copy")
     shutil.copytree(path, copy)
     df = _df(session, copy)
-    df.collect()  # planned (and pinned) on update 5
-    with Archive(copy) as arc:
-        arc.load(table_of([{"key": 1, "ts": 26, "exp": 30, "payload": "new"}], SCHEMA), 26)
-    with pytest.raises(Exception, match="was updated"):
-        df.collect()
-    assert _rows(_df(session, copy)) == rows_multiset(
-        [r for r in oracle.valid(26) if r["exp"] > 26] + [{"key": 1, "ts": 26, "exp": 30, "payload": "new"}])
+    assert _rows(df) == oracle.scan(last)  # planned (and leased) on update 5
+    later = Oracle()
+    later.records = list(oracle.records)
+    rng = np.random.default_rng(5)
+    for T in range(26, 36, 2):
+        later.load(_update(copy, rng, T), T)
+    assert _rows(df) == oracle.scan(last)
+    assert _rows(_df(session, copy)) == later.scan(34)
+
+
+def test_an_action_running_while_updates_commit_returns_its_planned_version(session, built, tmp_path):
+    """Updates commit while the tasks of one action are still reading (each task sleeps): the
+    action neither fails nor mixes versions; it returns exactly the rows of the version it was
+    planned on, whichever that was."""
+    import shutil
+    import threading
+
+    path, oracle, last = built
+    copy, metrics = str(tmp_path / "copy"), tmp_path / "m"
+    shutil.copytree(path, copy)
+    versions = {5: oracle.scan(last)}
+    state = Oracle()
+    state.records = list(oracle.records)
+
+    def slowly(batches):  # each task waits before it reads: the action spans the updates
+        import time
+
+        time.sleep(1.5)
+        yield from batches
+
+    df = _df(session, copy, metrics_dir=metrics).mapInArrow(slowly, _df(session, copy).schema)
+    got = {}
+    action = threading.Thread(target=lambda: got.setdefault("rows", _rows(df)))
+    action.start()
+    rng = np.random.default_rng(9)
+    for _ in range(200):  # until the first task has read: the action is planned and under way
+        if _metrics(metrics) or not action.is_alive():
+            break
+        action.join(0.05)
+    for seq, T in enumerate(range(26, 36, 2), start=6):
+        state.load(_update(copy, rng, T), T)
+        versions[seq] = state.scan(T)
+    assert action.is_alive()  # the updates committed while the action was reading
+    action.join(120)
+    planned = {m["update_seq"] for m in _metrics(metrics)}
+    assert len(planned) == 1
+    assert got["rows"] == versions[planned.pop()]
