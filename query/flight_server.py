@@ -143,7 +143,8 @@ class ArchiveFlightServer(flight.FlightServerBase):
         middleware = {"auth": BearerTokenMiddlewareFactory(token)} if token else None
         try:
             super().__init__(location=flight.Location.for_grpc_tcp(_uri_host(host), port), middleware=middleware)
-            ArchiveReader(self.archive).prepare_probes()
+            # follows each new version off the request path, so no probe pays for the switch
+            self.reader = ArchiveReader(self.archive, follow=True)
         except Exception:
             self.archive.close()
             raise
@@ -156,6 +157,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
         """Stops serving (waits for running calls) and closes the archive. Idempotent."""
         if self.archive.env is not None:
             self.shutdown()
+            self.reader.close()
             self.archive.close()
 
     def __enter__(self) -> "ArchiveFlightServer":
@@ -168,7 +170,8 @@ class ArchiveFlightServer(flight.FlightServerBase):
     @_rpc
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
         req = proto.decode(ticket.ticket)
-        snap = self.archive.snapshot()
+        served = self.reader.served_snapshot(req.as_of) if req.kind == "probe" and type(req.key) is int else None
+        snap = served or self.archive.snapshot()
         try:
             as_of = snap.check_as_of(req.as_of)
             if snap.schema is None:  # nothing loaded yet: an empty answer, still tagged with its state
@@ -177,10 +180,11 @@ class ArchiveFlightServer(flight.FlightServerBase):
                 snap.close()
             else:
                 schema = snap.schema
-                batches = self._batches(snap, req, as_of)
+                batches = self._batches(snap, req, as_of, close=served is None)
             meta = proto.stream_metadata(snap.state.update_seq, None if snap.state.last_slot is None else snap.time, as_of)
         except BaseException:
-            snap.close()
+            if served is None:
+                snap.close()
             raise
         stream = _tagged(batches, schema, meta)
         if req.kind == "scan" and snap.schema is not None:
@@ -189,12 +193,12 @@ class ArchiveFlightServer(flight.FlightServerBase):
             weakref.finalize(stream, snap.close)
         return flight.GeneratorStream(schema, stream)
 
-    def _batches(self, snap: Snapshot, req: proto.ReadRequest, as_of: int) -> Iterator[pa.RecordBatch]:
-        """The answer to ``req`` from ``snap``. Probes are read now (and ``snap`` closed); a scan
-        is a generator that reads blocks as the client consumes them and closes ``snap``
-        when done."""
+    def _batches(self, snap: Snapshot, req: proto.ReadRequest, as_of: int, close: bool) -> Iterator[pa.RecordBatch]:
+        """The answer to ``req`` from ``snap``. Probes are read now (and ``snap`` closed if
+        ``close``: not the follower's served snapshot); a scan is a generator that reads
+        blocks as the client consumes them and closes ``snap`` when done."""
         key_type = snap.schema.field(snap.config.key_column).type
-        reader = ArchiveReader(self.archive)
+        reader = self.reader
         if req.kind == "scan":
             return _closing(reader.scan(as_of, snapshot=snap), snap)
         try:
@@ -205,7 +209,8 @@ class ArchiveFlightServer(flight.FlightServerBase):
                 hi = proto.check_key("hi", req.hi, key_type, nullable=True)
                 table = reader.probe_range(lo, hi, as_of, snapshot=snap)
         finally:
-            snap.close()
+            if close:
+                snap.close()
         return iter(table.to_batches())
 
     # -- metadata -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pyarrow as pa
 from ..storage.archive import Archive, open_readonly
 from ..storage.arrow_np import from_np, to_np
 from ..storage.errors import CorruptionError
+from ..storage.follower import VersionFollower
 from ..storage.read_plan import KeyRange, Probe, ReadTask, Scan
 from ..storage.snapshot import Snapshot
 
@@ -46,16 +47,25 @@ class ReadStats:
 class ArchiveReader:
     """Read access to an archive: ``probe``, ``probe_range``, ``scan`` and ``stats``."""
 
-    def __init__(self, path_or_archive: str | Archive, readonly: bool = True):
+    def __init__(self, path_or_archive: str | Archive, readonly: bool = True, follow: bool = False):
         """With a path, the archive is opened read-only (never waiting for a writer) unless
         ``readonly=False``; the path may also be the data directory of an archive with its own
-        data directory (``PublishedArchive``). With an ``Archive``, that archive is used as it is."""
+        data directory (``PublishedArchive``). With an ``Archive``, that archive is used as it is.
+        ``follow``: for a process that serves probes for a long time, a background thread
+        prepares each new version as it commits (``storage.follower``), so that no probe pays
+        for the switch; probes then read the newest version prepared, milliseconds behind."""
         self._own = not isinstance(path_or_archive, Archive)
         if not self._own:
             self.archive = path_or_archive
         else:
             self.archive = open_readonly(path_or_archive) if readonly else Archive(path_or_archive)
         self.io = ReadStats()
+        self._follower = VersionFollower(self.archive) if follow else None
+
+    def served_snapshot(self, as_of: int | None = None) -> Snapshot | None:
+        """With ``follow``: the prepared snapshot of the newest version followed, if point probes
+        as of ``as_of`` can use it (it is shared: do not close it); else None."""
+        return None if self._follower is None else self._follower.snapshot_for_probe(as_of)
 
     def prepare_probes(self) -> None:
         """Reads now what the first point probe of the current version would: the block
@@ -70,6 +80,8 @@ class ArchiveReader:
                 pass  # left for a read to report, in its own terms
 
     def close(self) -> None:
+        if self._follower is not None:
+            self._follower.close()
         if self._own:
             self.archive.close()
 
@@ -88,14 +100,17 @@ class ArchiveReader:
               snapshot: Snapshot | None = None) -> pa.Table:
         """Records with this key valid at ``as_of`` (default: the last update's time). An int key
         of an int64-keyed archive is read in one native call (``Snapshot.probe``)."""
-        snap = snapshot if snapshot is not None else self.archive.snapshot()
-        try:  # not ``_use``: a generator-based context costs more than the native probe itself
-            got = snap.probe(key, as_of, subindices)
-            if got is None:
-                return self._collect(Probe((key,)), as_of, subindices, snap)
-        finally:
-            if snapshot is None:
-                snap.close()
+        served = self.served_snapshot(as_of) if snapshot is None and subindices is None else None
+        got = served.probe(key, as_of) if served is not None else None
+        if got is None:
+            snap = snapshot if snapshot is not None else self.archive.snapshot()
+            try:  # not ``_use``: a generator-based context costs more than the native probe itself
+                got = snap.probe(key, as_of, subindices)
+                if got is None:
+                    return self._collect(Probe((key,)), as_of, subindices, snap)
+            finally:
+                if snapshot is None:
+                    snap.close()
         table, searched = got
         for subindex, blocks, nbytes in searched:
             self.io.add(subindex, blocks, nbytes)

@@ -234,8 +234,10 @@ class Archive:
         if self._state_cache is None or self._state_cache[0] != raw:
             state = parse_state(raw)
             self._state_cache = (raw, state)
-            self.point_runs = None  # holds the maps of the replaced version's runs
-            self.open_files.retain(state.run_names())  # runs of older versions reopen if still read
+            # the replaced version's maps are let go of in the background (runs of older
+            # versions reopen if still read)
+            old, self.point_runs = self.point_runs, None
+            self.open_files.retain(state.run_names(), (old,))
         return self._state_cache[1]
 
     def _cached_version(self, env: lmdb.Environment, txn) -> tuple[ArchiveConfig, ArchiveState]:
@@ -266,6 +268,10 @@ class Archive:
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self)
+
+    def newest_version(self) -> int:
+        """Changes whenever a version commits (the newest LMDB transaction id): cheap to poll."""
+        return self.env.info()["last_txnid"]
 
     def state(self) -> ArchiveState:
         with self.env.begin() as txn:
@@ -400,6 +406,12 @@ class PublishedArchive(Archive):
 
     def snapshot(self) -> Snapshot:
         return _PublishedSnapshot(self)
+
+    def newest_version(self) -> str:
+        """Changes whenever a newer copy is published (its directory)."""
+        with self._switch:
+            self._newest()
+            return self.copy_dir
 
     def writer_lock(self, wait_s: float = 0.0):
         raise ArchiveError(f"{self.path} is a data directory read through its published metadata; updates go "

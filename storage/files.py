@@ -245,6 +245,71 @@ class MappedSource:
         if self._mmap is not None and 0 <= start < self.size:
             self._mmap.madvise(mmap.MADV_WILLNEED, start, min(offset + length, self.size) - start)
 
+    def drop_pages(self) -> None:
+        """Unmaps this map's pages from the process, DROP_STEP bytes at a time (MADV_DONTNEED;
+        the file's pages stay in the page cache, and a read that still uses the map faults
+        them back). Unmapping a large map whose pages probes have touched holds the process's
+        memory-map lock for tens of milliseconds, and every page fault of every other thread
+        waits for it; dropping the pages first, in small steps, leaves munmap nothing to do."""
+        m = self._mmap
+        for off in range(0, self.size if m is not None else 0, DROP_STEP):
+            m.madvise(mmap.MADV_DONTNEED, off, min(DROP_STEP, self.size - off))
+
+
+DROP_STEP = 2 << 20
+
+
+class _Releaser:
+    """One background thread per process that lets go of what a replaced version held (maps of
+    runs it no longer reads, the point-probe run set), off the request path: a reader that
+    switches versions never pays for unmapping the old one (``MappedSource.drop_pages``)."""
+
+    def __init__(self):
+        self._queue: list = []
+        self._busy = False  # items taken off the queue and not yet dropped
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def release(self, items: list) -> None:
+        """Drops ``items`` (MappedSources have their pages dropped first) in the background."""
+        if not items:
+            return
+        with self._cv:
+            self._queue.append(items)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ebb-release", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                items, self._busy = self._queue.pop(0), True
+            for item in items:
+                if isinstance(item, MappedSource):
+                    try:
+                        item.drop_pages()
+                    except (OSError, ValueError):
+                        pass  # a map already gone: nothing to drop
+            del items, item  # the last references go here, not in a reader's thread
+            with self._cv:
+                self._busy = False
+
+    def idle(self, timeout: float = 10.0) -> bool:
+        """Waits until everything handed over has been released (for tests)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._cv:
+                if not self._queue and not self._busy:
+                    return True
+            time.sleep(0.001)
+        return False
+
+
+RELEASER = _Releaser()
+
 
 class OpenFiles:
     """Open run files, kept and reused (a run file's live blocks never change once written, and
@@ -275,11 +340,12 @@ class OpenFiles:
         except (OSError, CorruptionError):
             pass
 
-    def retain(self, names: set[str]) -> None:
-        """Lets go of every open run not in ``names`` (the runs of the current version)."""
+    def retain(self, names: set[str], also: tuple = ()) -> None:
+        """Lets go of every open run not in ``names`` (the runs of the current version), and of
+        ``also`` (what held the old version's maps), in the background (``RELEASER``)."""
         with self._lock:
-            for key in [k for k in self._open if k[0] not in names]:
-                del self._open[key]
+            dropped = [self._open.pop(k) for k in [k for k in self._open if k[0] not in names]]
+        RELEASER.release(dropped + [x for x in also if x is not None])
 
     def _get(self, name: str, how: str):
         key = (name, how)

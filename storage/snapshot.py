@@ -41,6 +41,7 @@ class Snapshot:
             self.close()
             raise
         self._physical = archive.physical_schema
+        self._runs: ProbeRuns | None = None  # this version's point-probe run set, once prepared
 
     # -- time -----------------------------------------------------------------------------------
     @property
@@ -156,8 +157,12 @@ class Snapshot:
         half the open files' limit: the native probe maps them all at once, where the planned
         read holds one run open at a time, and the limit keeps descriptors below a process's."""
         archive = self._archive
+        if subindices is None and state is self.state and self._runs is not None:
+            return self._runs
         kept = archive.point_runs
         if subindices is None and kept is not None and kept[0] is state:
+            if state is self.state:
+                self._runs = kept[1]
             return kept[1]
         if sum(len(sub.runs) for _, _, sub in sources(state, subindices)) > archive.open_files.limit // 2:
             return None
@@ -170,9 +175,18 @@ class Snapshot:
                 arrays.append(meta.run_arrays(self.txn, run.name))
                 live.append((run.max_exp, run.first_live))
         found = ProbeRuns.of(runs, maps, arrays, live, layout)
-        if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit and archive._state_cache[1] is state:
-            archive.point_runs = (state, found)
+        if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit:
+            if state is self.state:
+                self._runs = found
+            if archive._state_cache[1] is state:
+                archive.point_runs = (state, found)
         return found
+
+    @property
+    def prepared_for_probes(self) -> bool:
+        """Whether point probes of this version need nothing more from the metadata (its run set
+        is built), so that any thread may run them, even after ``close``."""
+        return self._runs is not None
 
     def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
         """Executes one task of this snapshot's plan (archive schema, valid records only)."""

@@ -13,7 +13,7 @@ import pytest
 from ebb.query.reader import ArchiveReader
 from ebb.storage.archive import Archive
 from ebb.storage.errors import CorruptionError
-from ebb.storage.files import OpenFiles
+from ebb.storage.files import RELEASER, OpenFiles
 
 from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
 
@@ -53,6 +53,7 @@ def test_a_long_running_process_holds_no_replaced_run(tmp_path, mode):
             assert rows_multiset(reader.scan_table(as_of=T)) == oracle.scan(T)
             with ArchiveReader(writer) as same_process:
                 assert rows_multiset(same_process.probe(3, as_of=T)) == oracle.probe(3, T)
+            assert RELEASER.idle()  # replaced runs are let go of in the background
             assert _held(path) == [], f"after the update at {T}"
     finally:
         reader.close()
@@ -70,6 +71,7 @@ def test_a_let_go_file_stays_open_while_a_read_uses_it(tmp_path):
     assert src.read(256, 4, "r1").to_pybytes() == bytes([0, 1, 2, 3])  # still open: a read in flight
     assert len(_held(str(tmp_path))) == 1
     del src
+    assert RELEASER.idle()
     assert _held(str(tmp_path)) == []  # closed with its last reader
 
 
@@ -94,6 +96,7 @@ def test_a_scan_in_flight_survives_newer_versions(tmp_path):
     del got, batches
     old.close()
     arc.load(table_of([], SCHEMA), T2 + 2)  # reclaims the runs the old snapshot pinned
+    assert RELEASER.idle()
     assert _held(path) == []
     arc.close()
 

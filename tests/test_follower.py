@@ -1,0 +1,95 @@
+"""A reader that follows new versions off the request path (storage/follower.py): its probes
+answer from a committed version, the newest within milliseconds, never a mix; probes as of an
+instant the served version cannot answer open a snapshot of their own; and the follower
+thread stops with the reader."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ebb.query.reader import ArchiveReader
+from ebb.storage.archive import Archive
+
+from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
+
+
+def _wait_served(reader: ArchiveReader, seq: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        served = reader.served_snapshot()
+        if served is not None and served.state.update_seq == seq:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def test_probes_follow_each_commit_and_never_mix_versions(tmp_path):
+    rng = np.random.default_rng(4)
+    path = str(tmp_path / "a")
+    writer = Archive.create(path, config(mode="rebuild", block_bytes=512))
+    oracle = Oracle()
+    rows = random_rows(rng, 300, 1, 16, 16, 12)
+    writer.load(table_of(rows, SCHEMA), 16)
+    oracle.load(rows, 16)
+    reader = ArchiveReader(path, follow=True)
+    answers: dict[int, dict[int, object]] = {16: {k: oracle.probe(k, 16) for k in range(12)}}
+    wrong, stop = [], threading.Event()
+
+    def probing():  # any answer must be some committed version's, as of that version's time
+        while not stop.is_set():
+            k = int(np.random.default_rng().integers(12))
+            served = reader.served_snapshot()
+            got = rows_multiset(reader.probe(k))
+            if served is not None and got not in [a[k] for a in list(answers.values())]:
+                wrong.append((k, got))
+
+    threads = [threading.Thread(target=probing) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for T in range(18, 50, 2):
+            rows = random_rows(rng, 150, T - 1, T, 16, 12, tag=str(T))
+            nxt = Oracle()
+            nxt.records = list(oracle.records)
+            nxt.load(rows, T)
+            answers[T] = {k: nxt.probe(k, T) for k in range(12)}
+            writer.load(table_of(rows, SCHEMA), T)
+            oracle = nxt
+            assert _wait_served(reader, writer.stats()["updates"])
+            for k in range(12):  # once served, the new version answers
+                assert rows_multiset(reader.probe(k)) == oracle.probe(k, T)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert wrong == []
+    follower = reader._follower._thread
+    reader.close()
+    assert not follower.is_alive()
+    writer.close()
+
+
+def test_probes_the_served_version_cannot_answer_open_their_own_snapshot(tmp_path):
+    rng = np.random.default_rng(6)
+    path = str(tmp_path / "a")
+    writer = Archive.create(path, config(mode="norebuild", retain=8))
+    oracle = Oracle()
+    history = {}
+    for T in range(16, 30, 2):
+        rows = random_rows(rng, 100, T - 1, T, 16, 12, tag=str(T))
+        writer.load(table_of(rows, SCHEMA), T)
+        oracle.load(rows, T)
+        history[T] = {k: oracle.probe(k, T) for k in range(12)}
+    with ArchiveReader(path, follow=True) as reader:
+        assert _wait_served(reader, writer.stats()["updates"])
+        served = reader.served_snapshot()
+        assert reader.served_snapshot(28) is served and reader.served_snapshot(29) is served
+        assert reader.served_snapshot(30) is None and reader.served_snapshot(27) is None
+        for k in range(12):
+            assert rows_multiset(reader.probe(k, as_of=24)) == history[24][k]  # a kept version
+            assert rows_multiset(reader.probe(k, as_of=29)) == oracle.probe(k, 29)
+            assert rows_multiset(reader.probe(k, as_of=40)) == oracle.probe(k, 40)
+    writer.close()
