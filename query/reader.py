@@ -12,15 +12,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from ..storage.archive import Archive, open_readonly
-from ..storage.arrow_np import from_np, to_np
 from ..storage.errors import CorruptionError
 from ..storage.follower import VersionFollower
-from ..storage.read_plan import KeyRange, Probe, ReadTask, Scan
-from ..storage.snapshot import Snapshot
+from ..storage.read_plan import KeyRange, ReadTask, Scan
+from ..storage.snapshot import Snapshot, ordered
 
 
 @dataclass
@@ -98,20 +96,16 @@ class ArchiveReader:
 
     def probe(self, key, as_of: int | None = None, subindices: list[int] | None = None,
               snapshot: Snapshot | None = None) -> pa.Table:
-        """Records with this key valid at ``as_of`` (default: the last update's time). An int key
-        of an int64-keyed archive is read in one native call (``Snapshot.probe``)."""
-        served = self.served_snapshot(as_of) if snapshot is None and subindices is None else None
-        got = served.probe(key, as_of) if served is not None else None
-        if got is None:
-            snap = snapshot if snapshot is not None else self.archive.snapshot()
-            try:  # not ``_use``: a generator-based context costs more than the native probe itself
-                got = snap.probe(key, as_of, subindices)
-                if got is None:
-                    return self._collect(Probe((key,)), as_of, subindices, snap)
-            finally:
-                if snapshot is None:
-                    snap.close()
-        table, searched = got
+        """Records with this key valid at ``as_of`` (default: the last update's time), ordered by
+        (exp, ts) (``Snapshot.probe``)."""
+        # the served snapshot answers int keys natively, without its LMDB transaction
+        served = self.served_snapshot(as_of) if snapshot is None and subindices is None and type(key) is int else None
+        snap = snapshot or served or self.archive.snapshot()
+        try:
+            table, searched = snap.probe(key, as_of, subindices)
+        finally:
+            if snap is not snapshot and snap is not served:
+                snap.close()
         for subindex, blocks, nbytes in searched:
             self.io.add(subindex, blocks, nbytes)
         return table
@@ -164,7 +158,7 @@ class ArchiveReader:
             for task in tasks:
                 self.io.count(task)
             batches = list(snap.read_all(tasks))
-            return _ordered(batches, snap.schema, snap.config.key_column, snap.config.exp_column, snap.config.ts_column)
+            return ordered(batches, snap.schema, snap.config.key_column, snap.config.exp_column, snap.config.ts_column)
 
     def _stream(self, snap: Snapshot, tasks: list[ReadTask], close: bool) -> Iterator[pa.RecordBatch]:
         try:
@@ -174,16 +168,3 @@ class ArchiveReader:
         finally:
             if close:
                 snap.close()
-
-
-def _ordered(batches: list[pa.RecordBatch], schema: pa.Schema, key: str, exp: str, ts: str) -> pa.Table:
-    """The rows of ``batches`` as one table ordered by (key, exp, ts). Keyed reads return a
-    few rows, so integer keys are ordered with numpy on the batches' columns directly."""
-    if sum(b.num_rows for b in batches) < 2:
-        return pa.Table.from_batches(batches, schema=schema)
-    if pa.types.is_integer(schema.field(key).type):
-        order = np.lexsort([np.concatenate([to_np(b.column(c)) for b in batches]) for c in (ts, exp, key)])
-        table = pa.Table.from_batches(batches, schema=schema)
-        return table if (order[1:] > order[:-1]).all() else table.take(from_np(order))
-    table = pa.Table.from_batches(batches, schema=schema)
-    return table.sort_by([(key, "ascending"), (exp, "ascending"), (ts, "ascending")])

@@ -20,17 +20,16 @@ import lmdb
 import pyarrow as pa
 
 from . import files, leases, lmdb_env, published
-from .block_format import physical_schema
 from .config import ArchiveConfig, check_config
 from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, ReadError, RejectedBatch
 from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclusive_lock, write_durably
 from .layout import compress_slots
-from .metadata_cache import MetadataCache
-from .point_probe import ColumnLayout
 from .manifest import (
-    FORMAT_VERSION, ArchiveState, SubIndexState, parse_config, parse_state, read_checkpoint, read_config_bytes,
-    read_migrations, read_schema, read_state, read_state_bytes, read_update_records, write_config, write_state,
+    FORMAT_VERSION, ArchiveState, SubIndexState, read_checkpoint, read_migrations, read_state, read_update_records,
+    write_config, write_state,
 )
+from .metadata_cache import MetadataCache
+from .read_state import ReadState
 from .snapshot import Snapshot
 
 __all__ = ["Archive", "ArchiveError", "ArchiveBusy", "PublishedArchive", "open_readonly"]
@@ -65,20 +64,21 @@ class Archive:
         self._init_reads()
 
     def _init_reads(self) -> None:
-        """What reads keep across snapshots (``data_dir`` and ``env`` set): open run files and
-        parsed metadata; then parses the configuration once."""
-        self.open_files = OpenFiles(self.data_dir)
-        self.metadata = MetadataCache()
-        self._state_cache: tuple[bytes, ArchiveState] | None = None
-        self._config_cache: tuple[bytes, ArchiveConfig] | None = None
-        self._version_cache: tuple | None = None  # (environment, transaction id, config, state)
-        self._schema: pa.Schema | None = None
-        self.physical_schema: pa.Schema | None = None  # ``_schema`` and the hidden columns
-        self.point_layout: ColumnLayout | None = None  # how point probes read it (int64 keys only)
-        # (state, ProbeRuns) of the current version for point probes (``Snapshot.probe``)
-        self.point_runs: tuple | None = None
+        """What reads keep across snapshots (``data_dir`` and ``env`` set: ``read_state``); then
+        parses the configuration once."""
+        self.reads = ReadState(self.data_dir)
         with self.env.begin() as txn:
-            self._cached_config(txn)
+            self.reads.config(txn)
+
+    @property
+    def open_files(self) -> OpenFiles:
+        """The run files this process holds open or mapped (shared by readers and updates)."""
+        return self.reads.open_files
+
+    @property
+    def metadata(self) -> MetadataCache:
+        """Parsed run descriptors and page sums, within a byte budget."""
+        return self.reads.metadata
 
     # -- lifecycle ------------------------------------------------------------------------------
     @staticmethod
@@ -126,8 +126,7 @@ class Archive:
 
     def close(self) -> None:
         if self.env is not None:
-            self.point_runs = None
-            self.open_files.close()
+            self.reads.close()
             lmdb_env.release(self.env)
             self.env = None
 
@@ -215,51 +214,11 @@ class Archive:
     def config(self) -> ArchiveConfig:
         """The configuration of the last committed version. ``migrate`` may change its layout
         while the archive is open, so code that also reads the state reads both in one
-        transaction (``_cached_config``); after ``close``, the last one seen."""
+        transaction (``reads.config``); after ``close``, the last one seen."""
         if self.env is None:
-            return self._config_cache[1]
+            return self.reads.last_config
         with self.env.begin() as txn:
-            return self._cached_config(txn)
-
-    def _cached_config(self, txn) -> ArchiveConfig:
-        """The configuration of ``txn``'s version, parsed once per version."""
-        raw = read_config_bytes(txn)
-        if self._config_cache is None or self._config_cache[0] != raw:
-            self._config_cache = (raw, parse_config(raw))
-        return self._config_cache[1]
-
-    def _cached_state(self, txn) -> ArchiveState:
-        """The state of ``txn``'s version, parsed once per version (callers must not modify it)."""
-        raw = read_state_bytes(txn)
-        if self._state_cache is None or self._state_cache[0] != raw:
-            state = parse_state(raw)
-            self._state_cache = (raw, state)
-            # the replaced version's maps are let go of in the background (runs of older
-            # versions reopen if still read)
-            old, self.point_runs = self.point_runs, None
-            self.open_files.retain(state.run_names(), (old,))
-        return self._state_cache[1]
-
-    def _cached_version(self, env: lmdb.Environment, txn) -> tuple[ArchiveConfig, ArchiveState]:
-        """The configuration and state of ``txn``'s version (a transaction of ``env``). Every
-        LMDB write transaction that commits gets a new id, so while the id is the one last seen
-        in ``env`` neither is read again: a probe opens its snapshot without reading metadata."""
-        seen = self._version_cache
-        if seen is not None and seen[0] is env and seen[1] == txn.id():
-            return seen[2], seen[3]
-        config, state = self._cached_config(txn), self._cached_state(txn)
-        self._version_cache = (env, txn.id(), config, state)
-        return config, state
-
-    def _cached_schema(self, txn) -> pa.Schema | None:
-        """The schema (fixed once the first load wrote it)."""
-        if self._schema is None:
-            self._schema = read_schema(txn)
-            if self._schema is not None:
-                cfg = self._cached_config(txn)
-                self.physical_schema = physical_schema(self._schema)
-                self.point_layout = ColumnLayout.of(self.physical_schema, cfg.key_column, cfg.ts_column, cfg.exp_column)
-        return self._schema
+            return self.reads.config(txn)
 
     def checkpoint(self, name: str) -> bytes | None:
         """The ``checkpoint[name]`` committed with the last update that set it, or None."""
@@ -280,7 +239,7 @@ class Archive:
     def _version(self) -> tuple[ArchiveConfig, ArchiveState]:
         """The configuration and state of the last committed version, read together."""
         with self.env.begin() as txn:
-            return self._cached_config(txn), read_state(txn)
+            return self.reads.config(txn), read_state(txn)
 
     def migrations(self) -> list[dict]:
         """The log of layout changes (``migrate``), oldest first."""
@@ -290,7 +249,7 @@ class Archive:
     @property
     def schema(self) -> pa.Schema | None:
         with self.env.begin() as txn:
-            return self._cached_schema(txn)
+            return self.reads.load_schema(txn)
 
     def updates(self, last: int | None = None) -> list[dict]:
         with self.env.begin() as txn:
@@ -420,8 +379,7 @@ class PublishedArchive(Archive):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.point_runs = None
-            self.open_files.close()
+            self.reads.close()
             self._env = None  # closes once the last snapshot on it is gone
 
 
@@ -475,9 +433,9 @@ class _PublishedSnapshot(Snapshot):
             self._reclaimed()
             raise
 
-    def probe(self, key, as_of=None, subindices=None):
+    def native_probe(self, key, as_of=None, subindices=None):
         try:
-            return super().probe(key, as_of, subindices)
+            return super().native_probe(key, as_of, subindices)
         except CorruptionError:
             self._reclaimed()
             raise

@@ -117,7 +117,7 @@ def _switch(archive, target: ArchiveConfig, copy: bool, progress) -> dict:
     txn = archive.env.begin(write=True)
     created: list[str] = []
     try:
-        current = archive._cached_config(txn)
+        current = archive.reads.config(txn)
         if any(getattr(current, f) != getattr(target, f) for f in asdict(current) if f not in LAYOUT_FIELDS):
             raise ConfigError("a migration changes only the layout; the time model, columns and block size stay")
         state = read_state(txn)
@@ -171,7 +171,7 @@ def _copy(archive, txn, state: ArchiveState, target: ArchiveConfig, created: lis
     schema = read_schema(txn)
     if schema is None or state.last_slot is None:
         return []
-    cfg = archive._cached_config(txn)
+    cfg = archive.reads.config(txn)
     at = cfg.time.time_of(state.last_slot)
     descriptor = descriptor_reader(archive, txn)
     phys = physical_schema(schema)

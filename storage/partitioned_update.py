@@ -174,7 +174,7 @@ class PartitionedUpdate:
 def prepare(archive, input_schema: pa.Schema, at: int, part_bytes: int = PART_BYTES) -> PartitionedUpdate:
     """Plans the update at ``at`` of a batch with ``input_schema`` (caller holds the writer lock)."""
     with archive.env.begin() as txn:
-        cfg = archive._cached_config(txn)
+        cfg = archive.reads.config(txn)
         state = read_state(txn)
         j = update_slot(cfg, state, at)
         stored = read_schema(txn)

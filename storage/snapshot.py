@@ -14,13 +14,14 @@ import numpy as np
 import pyarrow as pa
 
 from . import leases
+from .arrow_np import from_np, to_np
 from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import ReadError
 from .manifest import ArchiveState, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
-from .read_plan import ReadRequest, ReadTask, plan, sources, where
+from .read_plan import Probe, ReadRequest, ReadTask, plan, sources, where
 from .run_descriptor import RunDescriptor
 from .task_reader import execute, prefetch_heads
 
@@ -35,12 +36,13 @@ class Snapshot:
         try:
             self.config: ArchiveConfig
             self.state: ArchiveState
-            self.config, self.state = archive._cached_version(env, self.txn)
-            self.schema: pa.Schema | None = archive._cached_schema(self.txn)
+            self._reads = archive.reads
+            self.config, self.state = self._reads.version(env, self.txn)
+            self.schema: pa.Schema | None = self._reads.load_schema(self.txn)
         except BaseException:
             self.close()
             raise
-        self._physical = archive.physical_schema
+        self._physical = self._reads.physical_schema
         self._runs: ProbeRuns | None = None  # this version's point-probe run set, once prepared
 
     # -- time -----------------------------------------------------------------------------------
@@ -103,11 +105,11 @@ class Snapshot:
     def descriptor(self, name: str) -> RunDescriptor:
         """The descriptor of a run of this version, without its page sums (cached: run files
         never change)."""
-        return self._archive.metadata.descriptor(self.txn, name)
+        return self._reads.metadata.descriptor(self.txn, name)
 
     def page_sums(self, name: str) -> np.ndarray | None:
         """The page sums of a run of this version (None: written without them; cached)."""
-        return self._archive.metadata.page_sums(self.txn, name)
+        return self._reads.metadata.page_sums(self.txn, name)
 
     def plan(self, request: ReadRequest, as_of: int | None = None, subindices: list[int] | None = None) -> list[ReadTask]:
         """The read tasks answering ``request`` as of ``as_of`` (default: the last update)."""
@@ -117,14 +119,28 @@ class Snapshot:
         return plan(state, self.descriptor, request, t, subindices, self.page_sums)
 
     def probe(self, key, as_of: int | None = None,
-              subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]] | None:
-        """The records of ``key`` valid at ``as_of`` ordered by (exp, ts), planned and read in
-        one native call (``point_probe``), and (sub-index, blocks, bytes) of each run searched;
-        None where that path does not apply (a string-keyed or empty archive, a key that is not
-        an int64, more runs than it may hold open at once): plan a ``Probe`` instead. Same
-        answer, checks and errors as that plan."""
+              subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]]:
+        """The records of ``key`` valid at ``as_of`` ordered by (exp, ts), and (sub-index,
+        blocks, bytes) of each run searched: in one native call where that applies
+        (``native_probe``), else through the planned read of a ``Probe``; the same answer,
+        checks and errors either way."""
+        got = self.native_probe(key, as_of, subindices)
+        if got is not None:
+            return got
+        tasks = self.plan(Probe((key,)), as_of, subindices)
+        if self.schema is None:
+            return pa.table({}), []
+        cfg = self.config
+        table = ordered(list(self.read_all(tasks)), self.schema, cfg.key_column, cfg.exp_column, cfg.ts_column)
+        return table, [(t.subindex, len(t.blocks), t.bytes) for t in tasks]
+
+    def native_probe(self, key, as_of: int | None = None,
+                     subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]] | None:
+        """``probe`` planned and read in one native call (``point_probe``); None where that path
+        does not apply (a string-keyed or empty archive, a key that is not an int64, the native
+        module not built, more runs than it may hold open at once)."""
         t, state = self.version_at(as_of)
-        layout = self._archive.point_layout
+        layout = self._reads.point_layout
         if layout is None or type(key) is not int or not -(1 << 63) <= key < (1 << 63):
             return None
         runs = self._point_runs(layout, subindices, state)
@@ -137,7 +153,7 @@ class Snapshot:
         it, reads the runs' descriptors and page sums if they fit the metadata cache's budget, and
         asks for each run file's first page, so that the file system has read where the file's
         blocks lie (``ArchiveReader.prepare_probes``)."""
-        layout, meta = self._archive.point_layout, self._archive.metadata
+        layout, meta = self._reads.point_layout, self._reads.metadata
         if layout is None:
             return
         runs = [run for _, _, sub in sources(self.state, None) for run in sub.runs]
@@ -152,21 +168,23 @@ class Snapshot:
 
     def _point_runs(self, layout: ColumnLayout, subindices: list[int] | None, state: ArchiveState) -> ProbeRuns | None:
         """The runs a point probe searches (it skips those expired by its ``as_of``). Those of
-        every sub-index are kept for the archive's current version (``Archive.point_runs``)
-        while their arrays fit within the metadata cache's budget. None if there are more than
-        half the open files' limit: the native probe maps them all at once, where the planned
-        read holds one run open at a time, and the limit keeps descriptors below a process's."""
-        archive = self._archive
-        if subindices is None and state is self.state and self._runs is not None:
+        every sub-index are kept for the archive's current version (``ReadState.point_runs``),
+        and for this snapshot's, while their arrays fit within the metadata cache's budget. None
+        if there are more than half the open files' limit: the native probe maps them all at
+        once, where the planned read holds one run open at a time, and the limit keeps
+        descriptors below a process's."""
+        reads = self._reads
+        whole = subindices is None and state is self.state
+        if whole and self._runs is not None:
             return self._runs
-        kept = archive.point_runs
-        if subindices is None and kept is not None and kept[0] is state:
-            if state is self.state:
-                self._runs = kept[1]
-            return kept[1]
-        if sum(len(sub.runs) for _, _, sub in sources(state, subindices)) > archive.open_files.limit // 2:
+        kept = reads.point_runs(state) if subindices is None else None
+        if kept is not None:
+            if whole:
+                self._runs = kept
+            return kept
+        if sum(len(sub.runs) for _, _, sub in sources(state, subindices)) > reads.open_files.limit // 2:
             return None
-        meta, files = archive.metadata, archive.open_files
+        meta, files = reads.metadata, reads.open_files
         runs, maps, arrays, live = [], [], [], []
         for draining, i, sub in sources(state, subindices):
             for run in sub.runs:
@@ -176,10 +194,9 @@ class Snapshot:
                 live.append((run.max_exp, run.first_live))
         found = ProbeRuns.of(runs, maps, arrays, live, layout)
         if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit:
-            if state is self.state:
+            if whole:
                 self._runs = found
-            if archive._state_cache[1] is state:
-                archive.point_runs = (state, found)
+            reads.keep_point_runs(state, found)
         return found
 
     @property
@@ -191,7 +208,7 @@ class Snapshot:
     def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
         """Executes one task of this snapshot's plan (archive schema, valid records only)."""
         cfg = self.config
-        return execute(task, self._archive.open_files, self._physical, cfg.key_column, cfg.ts_column,
+        return execute(task, self._reads.open_files, self._physical, cfg.key_column, cfg.ts_column,
                        cfg.exp_column, f"archive {self._archive.path}, {task.where}")
 
     def read_all(self, tasks: list[ReadTask]) -> Iterator[pa.RecordBatch]:
@@ -199,7 +216,7 @@ class Snapshot:
         task at once (``task_reader.prefetch_heads``): on a cold cache the sub-indices' blocks
         are then read in parallel, not one after another."""
         if self._physical is not None:
-            prefetch_heads(tasks, self._archive.open_files, self._physical, self.config.key_column)
+            prefetch_heads(tasks, self._reads.open_files, self._physical, self.config.key_column)
         for task in tasks:
             yield from self.read(task)
 
@@ -217,6 +234,20 @@ class Snapshot:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def ordered(batches: list[pa.RecordBatch], schema: pa.Schema, key: str, exp: str, ts: str) -> pa.Table:
+    """The rows of ``batches`` as one table ordered by (key, exp, ts) (docs/spec.md: the order of
+    probe and range results). Keyed reads return a few rows, so integer keys are ordered with
+    numpy on the batches' columns directly."""
+    if sum(b.num_rows for b in batches) < 2:
+        return pa.Table.from_batches(batches, schema=schema)
+    if pa.types.is_integer(schema.field(key).type):
+        order = np.lexsort([np.concatenate([to_np(b.column(c)) for b in batches]) for c in (ts, exp, key)])
+        table = pa.Table.from_batches(batches, schema=schema)
+        return table if (order[1:] > order[:-1]).all() else table.take(from_np(order))
+    table = pa.Table.from_batches(batches, schema=schema)
+    return table.sort_by([(key, "ascending"), (exp, "ascending"), (ts, "ascending")])
 
 
 def read_unpinned(task: ReadTask, data_dir: str, schema: pa.Schema, config: ArchiveConfig) -> Iterator[pa.RecordBatch]:

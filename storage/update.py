@@ -38,7 +38,7 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
     txn = archive.env.begin(write=True)
     created: list[str] = []
     try:
-        cfg = archive._cached_config(txn)  # ``migrate`` may have changed the layout since the last update
+        cfg = archive.reads.config(txn)  # ``migrate`` may have changed the layout since the last update
         state = read_state(txn)
         j = update_slot(cfg, state, at)
         stored = read_schema(txn)

@@ -32,7 +32,7 @@ def _archive(tmp_path, mode: str) -> tuple[Archive, Oracle, int, np.random.Gener
 @pytest.mark.parametrize("limit", [0, 3000, 1 << 20])
 def test_answers_and_budget_whatever_the_cache_holds(tmp_path, mode, limit):
     arc, oracle, T, rng = _archive(tmp_path, mode)
-    arc.metadata = MetadataCache(limit)
+    arc.reads.metadata = MetadataCache(limit)
     try:
         for step in range(3):  # reads, then an update that deletes through cached descriptors
             with ArchiveReader(arc) as r:
@@ -51,7 +51,7 @@ def test_answers_and_budget_whatever_the_cache_holds(tmp_path, mode, limit):
 
 def test_only_probes_load_page_sums_and_lean_descriptors_are_never_stored(tmp_path):
     arc, oracle, T, rng = _archive(tmp_path, "norebuild")
-    arc.metadata = MetadataCache()
+    arc.reads.metadata = MetadataCache()
     try:
         with ArchiveReader(arc) as r:
             r.scan_table(as_of=T)

@@ -85,7 +85,7 @@ def test_native_probe_answers_as_the_planned_read_and_the_oracle(sc):
                 for k in keys:
                     for as_of in (T, T + int(rng.integers(1, 14))):
                         with arc.snapshot() as snap:
-                            got = snap.probe(k, as_of)
+                            got = snap.native_probe(k, as_of)
                         assert got is not None
                         table, searched = got
                         reader.io = ReadStats()
@@ -106,12 +106,12 @@ def test_probes_of_other_keys_take_the_planned_path(tmp_path):
     with Archive.create(str(tmp_path / "a"), config()) as arc:
         arc.load(pa.table({"key": ["a", "b"], "ts": [10, 12], "exp": [20, 20]}), 16)
         with arc.snapshot() as snap:
-            assert snap.probe("a") is None
+            assert snap.native_probe("a") is None
         assert ArchiveReader(arc).probe("a").num_rows == 1
     with Archive.create(str(tmp_path / "b"), config()) as arc:
         arc.load(pa.table({"key": [1, 2], "ts": [10, 12], "exp": [20, 20]}), 16)
         with arc.snapshot() as snap:
-            assert snap.probe(2**63) is None and snap.probe(True) is None and snap.probe(1) is not None
+            assert snap.native_probe(2**63) is None and snap.native_probe(True) is None and snap.native_probe(1) is not None
         assert ArchiveReader(arc).probe(2**63).num_rows == 0
 
 
@@ -211,7 +211,7 @@ def test_prepare_probes_reads_every_runs_directory_within_the_budget(tmp_path):
             reader.prepare_probes()
             names = {run.name for sub in arc.state().subindices for run in sub.runs}
             assert ({name for kind, name in arc.metadata._entries if kind == "arrays"} == names) == prepared
-            assert (arc.point_runs is not None) == prepared
+            assert arc.reads.holds_point_runs == prepared
             for k in range(-41, 41, 5):
                 assert rows_multiset(reader.probe(k)) == oracle.probe(k, 22)
 
@@ -234,6 +234,6 @@ def test_more_runs_than_the_open_files_allow_take_the_planned_path(tmp_path):
             reader = ArchiveReader(arc)
             reader.prepare_probes()
             with arc.snapshot() as snap:
-                assert (snap.probe(3) is not None) == native
+                assert (snap.native_probe(3) is not None) == native
             for k in range(-21, 21, 3):
                 assert rows_multiset(reader.probe(k)) == oracle.probe(k, 24)

@@ -1,0 +1,106 @@
+"""What a process keeps to read an archive across snapshots: its read state.
+
+Opening a snapshot, planning and probing would each cost far more than the read itself if they
+parsed the metadata and opened files every time, so a process keeps, per archive: the run files
+it has open or mapped (``files.OpenFiles``), parsed run descriptors and page sums within a byte
+budget (``metadata_cache``), the parsed configuration and state of the last version it saw, the
+schema, and the current version's point-probe run set. ``Snapshot`` reads everything through this
+interface; ``Archive`` owns one (``Archive.reads``), writers read the configuration through it,
+and ``follower.VersionFollower`` keeps a serving process's state on the newest version.
+
+When a new version is parsed, what only the replaced one used (maps of runs it no longer reads,
+its point-probe run set) is handed to ``files.RELEASER``, off the caller's thread.
+"""
+
+from __future__ import annotations
+
+import lmdb
+import pyarrow as pa
+
+from .block_format import physical_schema
+from .config import ArchiveConfig
+from .files import OpenFiles
+from .manifest import ArchiveState, parse_config, parse_state, read_config_bytes, read_schema, read_state_bytes
+from .metadata_cache import MetadataCache
+from .point_probe import ColumnLayout, ProbeRuns
+
+
+class ReadState:
+    """One process's read state for one archive (thread-safe for readers: each field is replaced
+    whole, never changed in place)."""
+
+    def __init__(self, data_dir: str):
+        self.open_files = OpenFiles(data_dir)
+        self.metadata = MetadataCache()
+        self._config: tuple[bytes, ArchiveConfig] | None = None
+        self._state: tuple[bytes, ArchiveState] | None = None
+        self._version: tuple | None = None  # (environment, transaction id, config, state)
+        self.schema: pa.Schema | None = None
+        self.physical_schema: pa.Schema | None = None  # ``schema`` and the hidden columns
+        self.point_layout: ColumnLayout | None = None  # how point probes read it (int64 keys only)
+        self._point_runs: tuple[ArchiveState, ProbeRuns] | None = None  # of the current version
+
+    def config(self, txn) -> ArchiveConfig:
+        """The configuration of ``txn``'s version, parsed once per version (``migrate`` may
+        change its layout, so writers read it in their own transaction)."""
+        raw = read_config_bytes(txn)
+        if self._config is None or self._config[0] != raw:
+            self._config = (raw, parse_config(raw))
+        return self._config[1]
+
+    @property
+    def last_config(self) -> ArchiveConfig | None:
+        """The configuration last read (for an archive already closed)."""
+        return None if self._config is None else self._config[1]
+
+    def version(self, env: lmdb.Environment, txn) -> tuple[ArchiveConfig, ArchiveState]:
+        """The configuration and state of ``txn``'s version (a transaction of ``env``). Every LMDB
+        write transaction that commits gets a new id, so while the id is the one last seen in
+        ``env`` neither is read again: a probe opens its snapshot without reading metadata."""
+        seen = self._version
+        if seen is not None and seen[0] is env and seen[1] == txn.id():
+            return seen[2], seen[3]
+        config, state = self.config(txn), self._parsed_state(txn)
+        self._version = (env, txn.id(), config, state)
+        return config, state
+
+    def _parsed_state(self, txn) -> ArchiveState:
+        """The state of ``txn``'s version, parsed once per version (callers must not modify it).
+        A new version lets go of what only the replaced one held, in the background."""
+        raw = read_state_bytes(txn)
+        if self._state is None or self._state[0] != raw:
+            state = parse_state(raw)
+            self._state = (raw, state)
+            old, self._point_runs = self._point_runs, None
+            self.open_files.retain(state.run_names(), (old,))  # older versions' runs reopen if read
+        return self._state[1]
+
+    def load_schema(self, txn) -> pa.Schema | None:
+        """The schema (fixed once the first load wrote it), and how its columns are read."""
+        if self.schema is None:
+            schema = read_schema(txn)
+            if schema is not None:
+                cfg = self.config(txn)
+                self.physical_schema = physical_schema(schema)
+                self.point_layout = ColumnLayout.of(self.physical_schema, cfg.key_column, cfg.ts_column, cfg.exp_column)
+                self.schema = schema
+        return self.schema
+
+    def point_runs(self, state: ArchiveState) -> ProbeRuns | None:
+        """The point-probe run set kept for ``state``, if it is the current version's."""
+        kept = self._point_runs
+        return kept[1] if kept is not None and kept[0] is state else None
+
+    def keep_point_runs(self, state: ArchiveState, runs: ProbeRuns) -> None:
+        """Keeps ``runs`` for the probes that follow, if ``state`` is still the current version."""
+        if self._state is not None and self._state[1] is state:
+            self._point_runs = (state, runs)
+
+    @property
+    def holds_point_runs(self) -> bool:
+        return self._point_runs is not None
+
+    def close(self) -> None:
+        """Closes every file held, at once (the archive is being closed)."""
+        self._point_runs = None
+        self.open_files.close()
