@@ -92,7 +92,7 @@ def _probe_answers(path: str, native: bool, monkeypatch) -> tuple[dict, Oracle]:
                 for k in [int(k) for k in rng.integers(-2, 42, 8)] + [-(2**63), 2**63 - 1]:
                     for as_of in (T, T + int(rng.integers(1, 14))):
                         with arc.snapshot() as snap:
-                            assert (snap.probe(k, as_of) is None) == (not native)
+                            assert (snap.native_probe(k, as_of) is None) == (not native)
                         table = reader.probe(k, as_of)
                         assert rows_multiset(table) == oracle.probe(k, as_of), (T, k, as_of)
                         answers[T, k, as_of] = (table.schema, table.to_pylist())
