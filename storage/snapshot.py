@@ -238,15 +238,16 @@ class Snapshot:
 
 def ordered(batches: list[pa.RecordBatch], schema: pa.Schema, key: str, exp: str, ts: str) -> pa.Table:
     """The rows of ``batches`` as one table ordered by (key, exp, ts) (docs/spec.md: the order of
-    probe and range results). Keyed reads return a few rows, so integer keys are ordered with
-    numpy on the batches' columns directly."""
-    if sum(b.num_rows for b in batches) < 2:
-        return pa.Table.from_batches(batches, schema=schema)
+    probe and range results), in memory of its own: keyed reads view mapped run files in place,
+    and a table the caller keeps must not change when an update later reclaims those blocks
+    (a punched page reads as zeros). Keyed reads return a few rows, so integer keys are ordered
+    with numpy on the batches' columns directly."""
+    table = pa.Table.from_batches(batches, schema=schema)
+    if table.num_rows < 2:
+        return table.take(np.arange(table.num_rows))
     if pa.types.is_integer(schema.field(key).type):
         order = np.lexsort([np.concatenate([to_np(b.column(c)) for b in batches]) for c in (ts, exp, key)])
-        table = pa.Table.from_batches(batches, schema=schema)
-        return table if (order[1:] > order[:-1]).all() else table.take(from_np(order))
-    table = pa.Table.from_batches(batches, schema=schema)
+        return table.take(from_np(order))
     return table.sort_by([(key, "ascending"), (exp, "ascending"), (ts, "ascending")])
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from ebb.query.reader import ArchiveReader
@@ -130,3 +131,26 @@ def test_an_update_maps_its_new_runs_and_a_failure_to_map_them_does_not_undo_it(
             assert rows_multiset(reader.probe(3, as_of=18)) == oracle.probe(3, 18)
     finally:
         arc.close()
+
+
+@pytest.mark.parametrize("keys", ["int", "str"])
+def test_a_result_kept_after_its_read_never_changes(tmp_path, keys):
+    """Keyed reads view mapped run files in place; the tables they return own their memory, so
+    one kept while NoRebuild updates punch out the blocks it came from still holds its rows."""
+    rng = np.random.default_rng(9)
+    schema = SCHEMA.set(0, SCHEMA.field(0).with_type(pa.string())) if keys == "str" else SCHEMA
+    key = (lambda k: f"k{k:04d}") if keys == "str" else int
+    arc = Archive.create(str(tmp_path / "a"), config(mode="norebuild", G=1, E=1))  # large blocks: read in place
+
+    def load(rows, T):
+        arc.load(table_of([{**r, "key": key(r["key"])} for r in rows], schema), T)
+
+    load(random_rows(rng, 4000, 1, 16, 16, 400), 16)  # the one run holding keys below 400
+    with ArchiveReader(arc) as reader:
+        kept = [reader.probe_range(key(3), key(3)), reader.probe(key(3))]
+        before = [t.to_pylist() for t in kept]
+        assert len(before[0]) > 3
+        for T in range(18, 32, 2):  # the run's first sections expire and are punched out
+            load([{**r, "key": 1000 + r["key"]} for r in random_rows(rng, 50, T - 1, T, 16, 400)], T)
+        assert [t.to_pylist() for t in kept] == before
+    arc.close()
