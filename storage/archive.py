@@ -177,6 +177,8 @@ class Archive:
 
         pinned = published.publish(self.env, self.data_dir, FORMAT_VERSION) if self.publishes else None
         done = collect_garbage(self.env, self.data_dir, pinned)
+        if self.publishes:
+            published.forget_deleted_runs(self.data_dir)
         with self.snapshot() as snap:
             try:
                 snap.prepare_point_probes()
@@ -406,6 +408,7 @@ class _PublishedSnapshot(Snapshot):
         with archive._switch:
             super().__init__(archive)
             self._copy_dir = archive.copy_dir
+        self.txn = published.PublishedTxn(self.txn, published.runs_dir(archive.data_dir))
 
     @property
     def version_txn(self) -> int:

@@ -3,15 +3,19 @@ which mounts only the data directory can read the archive (``ebb serve DATA_DIR`
 
 LMDB must stay on the writer's local disk, so remote readers cannot share its reader table, and
 the writer cannot see which versions they read. Instead, when the run files live in their own
-data directory (``ebb init --data-dir``), every commit is followed by ``publish``: a compacted
-copy of the committed version, taken inside one LMDB read transaction, is written to
-``DATA/meta/v<txn id>/data.mdb`` and made durable, and then ``DATA/meta/CURRENT`` is switched to
-it durably. The newest ``KEEP`` copies are kept, and garbage collection treats the oldest of them
+data directory (``ebb init --data-dir``), every commit is followed by ``publish``, whose cost
+follows what the update changed, not the archive's size: the descriptors of runs not yet
+published (immutable, like their runs) are written once each to ``DATA/meta/runs/NAME``; then a
+copy of every other metadata entry of the committed version (configuration, schema, state,
+kept versions, garbage list, checkpoints, the last ``PUBLISHED_UPDATES`` update records), read
+inside one LMDB read transaction, is written to ``DATA/meta/v<txn id>/data.mdb``; everything is
+made durable, and then ``DATA/meta/CURRENT`` is switched to it durably. The newest ``KEEP`` copies are kept, and garbage collection treats the oldest of them
 as a reader (``pinned_txn``), so the run files of every kept version stay until ``KEEP`` newer
 commits have been published. A remote reader opens ``CURRENT``'s copy read-only without locks
 (``open_current``); the copy never changes, so that is safe on any file system. A read that
 lasts longer than ``KEEP`` updates may find its blocks reclaimed and fail; it never returns rows
-of another version.
+of another version. A reader reads descriptors from ``meta/runs`` through ``PublishedTxn``.
+Descriptor files whose run file garbage collection has deleted are removed right after it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from .files import write_durably
 
 META_DIR = "meta"  # under the data directory
 CURRENT = "CURRENT"  # names the newest complete copy
-KEEP = 2  # copies kept: a remote read may last this many updates
+RUNS_DIR = "runs"  # under META_DIR: one immutable file per run descriptor
+KEEP = 2  # copies kept: a remote read may last this many updates (unless it holds a lease)
+PUBLISHED_UPDATES = 100  # update records in a copy (``ebb stats`` through the data directory)
+_RUN_PREFIX = b"run/"
 
 
 def meta_dir(data_dir: str) -> str:
@@ -48,16 +55,19 @@ def publish(env: lmdb.Environment, data_dir: str, fmt: int) -> int:
     but the newest ``KEEP`` copies, and returns the txn id of the oldest copy kept (which
     garbage collection must treat as a reader). Publishing a version twice does nothing more."""
     meta = meta_dir(data_dir)
-    os.makedirs(meta, exist_ok=True)
-    with env.begin() as txn:
+    runs = os.path.join(meta, RUNS_DIR)
+    os.makedirs(runs, exist_ok=True)
+    with env.begin(buffers=True) as txn:
         name = f"v{txn.id():016d}"
         final = os.path.join(meta, name)
         if not os.path.isdir(final):
             tmp = final + ".tmp"
             shutil.rmtree(tmp, ignore_errors=True)  # left by a crash in an earlier publish
             os.makedirs(tmp)
-            env.copy(tmp, compact=True, txn=txn)
-            files.FS.sync_files([os.path.join(tmp, "data.mdb")])
+            written = _write_descriptors(txn, runs)
+            _write_copy(txn, tmp)
+            files.FS.sync_files(written + [os.path.join(tmp, "data.mdb")])
+            files.FS.sync_dir(runs)
             files.FS.sync_dir(tmp)
             crash_point("publish.copied")
             os.replace(tmp, final)
@@ -70,6 +80,86 @@ def publish(env: lmdb.Environment, data_dir: str, fmt: int) -> int:
         if stray.endswith(".tmp") and stray != CURRENT + ".tmp":
             shutil.rmtree(os.path.join(meta, stray), ignore_errors=True)
     return int(kept[-KEEP:][0][1:])
+
+
+def _write_descriptors(txn, runs: str) -> list[str]:
+    """Writes the descriptor of every run in ``txn`` not published yet (as stored: sealed)."""
+    have = set(os.listdir(runs))
+    written = []
+    cur = txn.cursor()
+    if cur.set_range(_RUN_PREFIX):
+        for key, value in cur.iternext():
+            if not bytes(key).startswith(_RUN_PREFIX):
+                break
+            run = bytes(key[len(_RUN_PREFIX):]).decode()
+            if run not in have:
+                path = os.path.join(runs, run)
+                with open(path + ".tmp", "wb") as f:
+                    f.write(value)
+                os.replace(path + ".tmp", path)
+                written.append(path)
+    return written
+
+
+def _write_copy(txn, copy_dir: str) -> None:
+    """Writes every entry of ``txn`` but the run descriptors and the older update records into
+    a new LMDB environment in ``copy_dir``."""
+    cur = txn.cursor()
+    updates = []
+    out = lmdb.open(copy_dir, map_size=1 << 36, subdir=True, max_dbs=0, sync=False, metasync=False)
+    try:
+        with out.begin(write=True) as w:
+            for key, value in cur.iternext():
+                k = bytes(key)
+                if k.startswith(_RUN_PREFIX):
+                    continue
+                if k.startswith(b"upd/"):
+                    updates.append((k, bytes(value)))
+                    continue
+                w.put(k, value)
+            for k, v in updates[-PUBLISHED_UPDATES:]:
+                w.put(k, v)
+    finally:
+        out.close()
+    lock = os.path.join(copy_dir, "lock.mdb")  # readers open the copy without locks
+    if os.path.exists(lock):
+        os.remove(lock)
+
+
+def forget_deleted_runs(data_dir: str) -> None:
+    """Removes published descriptors whose run file garbage collection has deleted (no kept
+    copy, lease or local reader can read those runs any more); after each collection."""
+    runs = runs_dir(data_dir)
+    for run in os.listdir(runs) if os.path.isdir(runs) else ():
+        if not run.endswith(".tmp") and not os.path.exists(os.path.join(data_dir, run)):
+            try:
+                os.remove(os.path.join(runs, run))
+            except FileNotFoundError:
+                pass
+
+
+class PublishedTxn:
+    """A read transaction of a published copy whose run descriptors are read from
+    ``meta/runs`` (the manifest's readers see the same sealed values as in the archive)."""
+
+    def __init__(self, txn, runs_dir: str):
+        self._txn, self._runs = txn, runs_dir
+
+    def get(self, key: bytes, default=None):
+        if key.startswith(_RUN_PREFIX):
+            try:
+                with open(os.path.join(self._runs, key[len(_RUN_PREFIX):].decode()), "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return default
+        return self._txn.get(key, default)
+
+    def __getattr__(self, name):  # cursor, id, abort, stat: the copy's transaction
+        return getattr(self._txn, name)
+
+
+def runs_dir(data_dir: str) -> str:
+    return os.path.join(meta_dir(data_dir), RUNS_DIR)
 
 
 def is_published(data_dir: str) -> bool:

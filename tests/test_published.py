@@ -185,3 +185,24 @@ def test_the_published_copy_cannot_be_written_through(tmp_path):
         with pytest.raises(ArchiveError, match="published metadata"):
             remote.load(table_of([], SCHEMA), 16)
     arc.close()
+
+
+def test_publishing_writes_each_descriptor_once_and_copies_only_the_small_entries(tmp_path):
+    """A copy holds no run descriptor (they are files written once each, removed once their
+    run is deleted), so an update publishes what it changed, not the archive's descriptors."""
+    arc, mount, _, rng = _loaded(tmp_path, 12, 300)
+    runs = published.runs_dir(arc.data_dir)
+    seen: dict[str, int] = {}
+    for T in range(18, 40, 2):
+        arc.load(table_of(random_rows(rng, 100, T - 1, T, 16, 12), SCHEMA), T)
+        for name in os.listdir(runs):  # written once: an unchanged run's file is never rewritten
+            inode = os.stat(os.path.join(runs, name)).st_ino
+            assert seen.setdefault(name, inode) == inode
+        assert set(os.listdir(runs)) == {n for n in os.listdir(arc.data_dir) if n.endswith(".run")}
+        copy = published.current_copy(arc.data_dir, 2)
+        env = published.open_copy(copy)
+        with env.begin() as txn:
+            keys = [bytes(k) for k, _ in txn.cursor()]
+        env.close()
+        assert keys and not any(k.startswith(b"run/") for k in keys)
+    arc.close()
