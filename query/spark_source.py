@@ -18,7 +18,7 @@
   renews the lease as it reads; it expires ``lease_seconds`` after the last renewal (the source
   has no end-of-action hook), and the space it pinned comes back at the next update after that.
 - Options: ``as_of`` (int chronons: the last update's time by default, or any instant the archive
-  retains, ``ebb init --retain``); ``lease_seconds`` (default 300); ``metrics_dir``: each
+  retains, ``ebb init --retain``); ``lease_seconds`` (default 60: every task renews it as it reads, so it lapses a minute after the last task of the action read); ``metrics_dir``: each
   partition writes a JSON file there with what it read (``ReadStats``: sub-indices, blocks,
   bytes, rows), for tests and tuning.
 
@@ -46,6 +46,8 @@ from pyspark.sql.types import StructType
 FORMAT = "ebb"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# a Spark action has no end the source is told of: its lease lapses this long after a task last read
+LEASE_SECONDS = 60.0
 
 
 def register(spark) -> None:
@@ -122,7 +124,7 @@ class EbbDataSource(DataSource):
             raise ValueError(f"option as_of must be an integer number of chronons, got {raw!r}") from None
         raw = options.get("lease_seconds")
         try:
-            self.lease_seconds = 300.0 if raw in (None, "") else float(raw)
+            self.lease_seconds = LEASE_SECONDS if raw in (None, "") else float(raw)
             if not self.lease_seconds > 0:
                 raise ValueError
         except ValueError:

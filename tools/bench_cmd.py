@@ -5,7 +5,8 @@ The command measures the machine's sequential disk bandwidth, runs every configu
 layouts and peers) in a process of its own through ``tools.run_config``, showing a progress
 bar, then summarises (``tools.results``), draws the thesis-style figures (``tools.plots``) and
 rewrites ``docs/benchmarks.md`` (``tools.report``). Registered in ``query/cli.py`` through
-``LAYER_COMMANDS``; imports nothing heavy until it runs.
+``LAYER_COMMANDS``; imports nothing heavy until it runs. ``ebb bench soak`` is another kind of
+run: ebb as a service, for a set time (``tools.soak``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ stated, bulk load then periodic updates, each followed by a probe of a random ke
                  Rebuild4x4, NoRebuild4x4 and every peer; 6 updates, a scan after every 2nd
   quick          a tiny version of everything, for CI (about a minute): every technique at two
                  sizes (n = 4 and 9; doubly 2x2, 3x3, and 4x4, 2x8, 8x2) and every peer, 4 updates
+  soak           not a workload but the deployment, for --minutes (default 30; --short: about 3
+                 minutes in all): a producer landing files, `ebb run --follow`, `ebb serve` with 8
+                 client threads and a Spark analysis a minute, in processes of their own, with a
+                 SIGKILL of the scheduler and a restart of the server; measured every 5 s and
+                 checked against an oracle at the end (docs/operations.md, "Soak test")
 
 Every update, probe and scan records wall time, /proc/self/io bytes read and written, peak
 anonymous memory (RssAnon sampled every 2 ms during the operation; page-cache pages of mapped
@@ -76,6 +82,7 @@ examples:
   ebb bench thesis-large-smallbatch                # 5 GB, thesis-small's batch: issue 8's memory target
   ebb bench periodic                               # does random allocation help a periodic rate?
   ebb bench thesis-small --resume                  # continue an interrupted run
+  ebb bench soak --short --out /tmp/soak           # the deployment for about 3 minutes (CI)
 """
 
 
@@ -83,7 +90,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench", help="reproduce the thesis's experiments and compare with SQLite, DuckDB, LMDB, RocksDB, Parquet",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("workload", choices=WORKLOAD_NAMES, help="which workload to run (see above)")
+    p.add_argument("workload", choices=WORKLOAD_NAMES + ("soak",), help="which workload to run, or soak (see above)")
     p.add_argument("--out", metavar="DIR", help="results directory (default: bench-results/WORKLOAD in the current directory)")
     p.add_argument("--configs", metavar="LIST",
                    help="comma-separated configurations instead of the workload's default set, e.g. "
@@ -102,10 +109,20 @@ def register(subparsers) -> None:
     p.add_argument("--no-docs", action="store_true", help="do not touch docs/ (default for quick)")
     p.add_argument("--docs-dir", metavar="DIR", help=f"where benchmarks.md and benchmarks/ go (default: {REPO_ROOT / 'docs'})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (one line per configuration instead)")
+    p.add_argument("--minutes", type=float, metavar="M", help="soak only: length of the steady phase (default 30)")
+    p.add_argument("--short", action="store_true", help="soak only: the CI run, about 3 minutes in all, same checks")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..storage.errors import UsageError
+
+    if args.workload == "soak":
+        from . import soak
+
+        return soak.run(args)
+    if args.minutes is not None or args.short:
+        raise UsageError("--minutes and --short are options of `ebb bench soak`")
     from . import configs as cfgs
     from .plan import Plan
 
