@@ -8,6 +8,12 @@ after their tick was processed: they are late, counted once when the file is fir
 dropped (``late_policy = "drop"``) by every later read. The manifest is committed atomically with
 each tick's archive update (``ext/scheduler`` in the archive), so a crash never loses or repeats a
 file.
+
+The manifest stays bounded (``forget``): a file no later tick can read (its events all before
+the next tick's read window) is dropped from it once it is older, by modification time, than the
+newest file by a margin; the newest modification time dropped becomes the source's *forgotten
+watermark*, and a file not older than it is new while an older one counts as seen. A file whose
+events are that old would be entirely late anyway.
 """
 
 from __future__ import annotations
@@ -53,9 +59,10 @@ def list_files(directory: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def new_files(directory: str, known: dict[str, LandedFile]) -> dict[str, tuple[int, int]]:
-    """Files not in ``known``; raises LandingError if a known file changed or disappeared while
-    its events may still be needed."""
+def new_files(directory: str, known: dict[str, LandedFile], forgotten_ns: int = 0) -> dict[str, tuple[int, int]]:
+    """Files not in ``known`` and modified after ``forgotten_ns`` (files forgotten from the
+    manifest, ``forget``, are older); raises LandingError if a known file changed or disappeared
+    while its events may still be needed."""
     now = list_files(directory)
     for rel, lf in known.items():
         if rel in now and now[rel] != (lf.size, lf.mtime_ns):
@@ -64,7 +71,22 @@ def new_files(directory: str, known: dict[str, LandedFile]) -> dict[str, tuple[i
                                "and landed files must never change. If the directory was copied, copy it keeping "
                                "modification times (cp -a, rsync -a); if the file was rewritten, restore it, or start a "
                                "new archive (archive.path) to process the new contents")
-    return {rel: v for rel, v in now.items() if rel not in known}
+    return {rel: v for rel, v in now.items() if rel not in known and v[1] > forgotten_ns}
+
+
+def forget(known: dict[str, LandedFile], read_from: int, margin_ns: int) -> int:
+    """Drops from ``known`` the files no tick reading events from ``read_from`` on can need and
+    modified ``margin_ns`` or more before the newest file; returns the newest modification time
+    dropped (0 if none), the source's new forgotten watermark."""
+    if not known:
+        return 0
+    before = max(lf.mtime_ns for lf in known.values()) - margin_ns
+    gone = [rel for rel, lf in known.items()
+            if lf.mtime_ns <= before and (lf.max_t is None or lf.max_t < read_from)]
+    watermark = max((known[rel].mtime_ns for rel in gone), default=0)
+    for rel in gone:
+        del known[rel]
+    return watermark
 
 
 def files_for_range(known: dict[str, LandedFile], lo: int, hi: int) -> dict[int | None, list[str]]:

@@ -42,7 +42,7 @@ from ..storage.files import DATA_DIR, INDEX_DIR, LOCK, MARKER
 from ..storage.config import ArchiveConfig, build_config
 from . import events
 from .jobspec import TIME_UNITS_US, Job, JobError
-from .landing import LandedFile, new_files
+from .landing import LandedFile, forget, new_files
 from .patterns import Classification, classify
 from .tick import TickInput, compute, frame, has_input
 
@@ -61,18 +61,30 @@ class Progress:
     last_slot: int | None = None
     late_total: int = 0
     manifests: dict[str, dict[str, LandedFile]] = field(default_factory=dict)
+    forgotten: dict[str, int] = field(default_factory=dict)  # per source: files this old count as seen
 
     def to_bytes(self) -> bytes:
         return json.dumps({
             "fingerprint": self.fingerprint, "last_slot": self.last_slot, "late_total": self.late_total,
             "manifests": {s: {rel: lf.to_list() for rel, lf in m.items()} for s, m in self.manifests.items()},
+            "forgotten": self.forgotten,
         }).encode()
 
     @staticmethod
     def from_bytes(raw: bytes) -> "Progress":
         d = json.loads(raw)
         return Progress(d["fingerprint"], d["last_slot"], d["late_total"],
-                        {s: {rel: LandedFile.from_list(v) for rel, v in m.items()} for s, m in d["manifests"].items()})
+                        {s: {rel: LandedFile.from_list(v) for rel, v in m.items()} for s, m in d["manifests"].items()},
+                        d.get("forgotten", {}))
+
+    def forget(self, read_from: int, margin_ns: int) -> None:
+        """Drops the files no tick reading events from ``read_from`` on needs, once ``margin_ns``
+        older than the newest of their source (``landing.forget``): the manifest, committed with
+        every tick, stays the size of the last margin's files."""
+        for name, known in self.manifests.items():
+            watermark = forget(known, read_from, margin_ns)
+            if watermark:
+                self.forgotten[name] = max(self.forgotten.get(name, 0), watermark)
 
 
 class LateEventsRejected(RejectedBatch):
@@ -394,6 +406,9 @@ class Scheduler:
         t1 = time.perf_counter()
         prog.last_slot = j
         prog.late_total += late
+        if self.job.time_unit != "chronon":  # the margin is wall-clock time: files' modification times
+            margin = tm.max_lifetime + self.cls.lookback + tm.delta + self.grace
+            prog.forget(T - self.cls.lookback + 1, margin * TIME_UNITS_US[self.job.time_unit] * 1000)
         checkpoint = {CHECKPOINT: prog.to_bytes()}
         if df is not None:  # the results stay on the executors, which write the runs
             from .executor_load import load
@@ -422,7 +437,7 @@ class Scheduler:
         late_total, count = 0, 0
         for name, src in self.job.sources.items():
             known = prog.manifests.setdefault(name, {})
-            fresh = new_files(src.path, known)
+            fresh = new_files(src.path, known, prog.forgotten.get(name, 0))
             if not fresh:
                 continue
             count += len(fresh)
