@@ -99,7 +99,8 @@ class ArchiveReader:
         """Records with this key valid at ``as_of`` (default: the last update's time), ordered by
         (exp, ts) (``Snapshot.probe``)."""
         # the served snapshot answers int keys natively, without its LMDB transaction
-        served = self.served_snapshot(as_of) if snapshot is None and subindices is None and type(key) is int else None
+        served = (self.served_snapshot(as_of) if snapshot is None and subindices is None and type(key) is int
+                  and -(1 << 63) <= key < (1 << 63) else None)
         snap = snapshot or served or self.archive.snapshot()
         try:
             table, searched = snap.probe(key, as_of, subindices)

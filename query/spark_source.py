@@ -239,7 +239,10 @@ class EbbReader(DataSourceReader):
             tasks = snap.plan(request, self.as_of)
             if not tasks:
                 return []
-            lease = snap.lease(self.as_of, self.lease_seconds)  # taken while the snapshot still pins it
+            try:
+                lease = snap.lease(self.as_of, self.lease_seconds)  # taken while the snapshot still pins it
+            except OSError:  # a read-only data directory: the read lasts as long as its version is kept
+                lease = None
             args = snap.read_args()
             return [EbbPartition(task, snap.state.update_seq, kind, args, lease) for task in tasks]
 
@@ -257,9 +260,11 @@ class EbbReader(DataSourceReader):
         rows = 0
         lease = partition.lease
         try:
-            lease.renew()
+            if lease is not None:
+                lease.renew()
             for b in read_unpinned(partition.task, *partition.read_args):
-                lease.renew()  # touches the lease file at most every lease_seconds / 8
+                if lease is not None:
+                    lease.renew()  # touches the lease file at most every lease_seconds / 8
                 rows += b.num_rows
                 yield b.select(names).cast(target)
         finally:

@@ -422,10 +422,13 @@ class _PublishedSnapshot(Snapshot):
             self._lease = self.lease()
         except OSError:
             return  # a read-only mount: the read lasts as long as the published copies do
+
+    def lease(self, as_of=None, seconds=leases.DEFAULT_SECONDS) -> leases.Lease:
+        lease = super().lease(as_of, seconds)
         if not os.path.isdir(self._copy_dir):  # dropped before the lease was seen: maybe reclaimed
-            self._lease.release()
-            self._lease = None
+            lease.release()
             self._reclaimed()
+        return lease
 
     def read(self, task):
         if self._lease is not None:

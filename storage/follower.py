@@ -6,8 +6,10 @@ mapping the new runs and building their point-probe run set (about a millisecond
 1M-key Rebuild 2x2 archive), and letting go of the old version's maps (20 ms when done in
 the probe). A ``VersionFollower`` keeps a *served* snapshot whose point probes are prepared,
 and a thread that looks for a newer committed version every ``poll_s`` seconds: it opens and
-prepares the new version's snapshot, then swaps it in, and the old version's maps are dropped
-by ``files.RELEASER``. Point probes that the served snapshot can answer without its LMDB
+prepares the new version's snapshot, then swaps it in. The snapshot it replaces stays open
+until the next switch (at least one update later), so a probe that took it just before the swap
+finishes on a version still pinned; then it is closed and its maps dropped by
+``files.RELEASER``. Point probes that the served snapshot can answer without its LMDB
 transaction (as of its own version) use it from any thread; everything else opens a snapshot
 of its own as before.
 
@@ -17,6 +19,7 @@ A point probe through the follower therefore reads the newest version it has pre
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from .errors import EbbError
@@ -24,6 +27,7 @@ from .files import RELEASER
 from .snapshot import Snapshot
 
 POLL_SECONDS = 0.005
+log = logging.getLogger("ebb.follower")
 
 
 class VersionFollower:
@@ -34,6 +38,7 @@ class VersionFollower:
         self._poll_s = poll_s
         self._stop = threading.Event()
         self._served: Snapshot | None = None
+        self._retired: Snapshot | None = None  # the one served before: probes may still hold it
         self._token = None
         self._switch()
         self._thread = threading.Thread(target=self._run, name="ebb-follow", daemon=True)
@@ -54,32 +59,40 @@ class VersionFollower:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(5)
-        old, self._served = self._served, None
-        if old is not None:
-            old.close()
+        for old in (self._served, self._retired):
+            if old is not None:
+                old.close()
+        self._served = self._retired = None
 
     # -- the follower thread --------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(self._poll_s):
+            if self._archive.env is None:  # the archive was closed under us
+                return
             try:
                 if self._archive.newest_version() != self._token:
                     self._switch()
-            except EbbError:
-                pass  # a damaged or vanished version: requests open their own snapshots and report it
-            except Exception:
-                if self._archive.env is None:  # the archive was closed under us
-                    return
-                raise
+            except Exception as e:  # never stop following: serve nothing stale, try again next poll
+                log.warning("ebb: could not prepare the newest version (%s); requests read it themselves", e)
+                self._retire(None)
+                self._token = None
 
     def _switch(self) -> None:
-        """Prepares the newest version and serves it; closes the one it replaces."""
+        """Prepares the newest version and serves it; retires the one it replaces."""
         token = self._archive.newest_version()
         snap = self._archive.snapshot()
         try:
             snap.prepare_point_probes(read_metadata=True)
         except (EbbError, OSError):
             pass  # left for a probe to report, in its own terms
-        old, self._served, self._token = self._served, snap, token
-        if old is not None:
-            old.close()  # its transaction: the version may now be reclaimed once no read holds it
-            RELEASER.release([old])  # a probe still running may hold it; its maps go off this thread
+        self._retire(snap)
+        self._token = token
+
+    def _retire(self, snap: Snapshot | None) -> None:
+        """Serves ``snap`` (None: nothing, requests open their own snapshots); the one served
+        until now is kept open until the next call, and the one before it is closed (its
+        transaction ends, so its version may be reclaimed) and let go of off this thread."""
+        gone, self._retired, self._served = self._retired, self._served, snap
+        if gone is not None:
+            gone.close()
+            RELEASER.release([gone])

@@ -60,6 +60,10 @@ class Lease:
                 "run the read again") from None
         self.renewed = now
 
+    def __getstate__(self) -> dict:
+        # ``renewed`` is this process's monotonic clock: meaningless on another host
+        return {**self.__dict__, "renewed": 0.0}
+
     def release(self) -> None:
         """Ends the lease (the pinned space is reclaimed by the next update's garbage collection)."""
         try:

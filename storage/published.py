@@ -64,9 +64,9 @@ def publish(env: lmdb.Environment, data_dir: str, fmt: int) -> int:
             tmp = final + ".tmp"
             shutil.rmtree(tmp, ignore_errors=True)  # left by a crash in an earlier publish
             os.makedirs(tmp)
-            written = _write_descriptors(txn, runs)
+            _write_descriptors(txn, runs)
             _write_copy(txn, tmp)
-            files.FS.sync_files(written + [os.path.join(tmp, "data.mdb")])
+            files.FS.sync_files([os.path.join(tmp, "data.mdb")])
             files.FS.sync_dir(runs)
             files.FS.sync_dir(tmp)
             crash_point("publish.copied")
@@ -85,6 +85,8 @@ def publish(env: lmdb.Environment, data_dir: str, fmt: int) -> int:
 def _write_descriptors(txn, runs: str) -> list[str]:
     """Writes the descriptor of every run in ``txn`` not published yet (as stored: sealed)."""
     have = set(os.listdir(runs))
+    for stray in (n for n in have if n.endswith(".tmp")):  # left by a crash while writing one
+        os.remove(os.path.join(runs, stray))
     written = []
     cur = txn.cursor()
     if cur.set_range(_RUN_PREFIX):
@@ -96,8 +98,12 @@ def _write_descriptors(txn, runs: str) -> list[str]:
                 path = os.path.join(runs, run)
                 with open(path + ".tmp", "wb") as f:
                     f.write(value)
-                os.replace(path + ".tmp", path)
                 written.append(path)
+    # durable before their names: a file under its final name is always whole, so a later
+    # publish may skip it
+    files.FS.sync_files([p + ".tmp" for p in written])
+    for path in written:
+        os.replace(path + ".tmp", path)
     return written
 
 

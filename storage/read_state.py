@@ -34,6 +34,7 @@ class ReadState:
         self.metadata = MetadataCache()
         self._config: tuple[bytes, ArchiveConfig] | None = None
         self._state: tuple[bytes, ArchiveState] | None = None
+        self._state_at: tuple | None = None  # (environment, transaction id) it was read in
         self._version: tuple | None = None  # (environment, transaction id, config, state)
         self.schema: pa.Schema | None = None
         self.physical_schema: pa.Schema | None = None  # ``schema`` and the hidden columns
@@ -60,17 +61,22 @@ class ReadState:
         seen = self._version
         if seen is not None and seen[0] is env and seen[1] == txn.id():
             return seen[2], seen[3]
-        config, state = self.config(txn), self._parsed_state(txn)
+        config, state = self.config(txn), self._parsed_state(env, txn)
         self._version = (env, txn.id(), config, state)
         return config, state
 
-    def _parsed_state(self, txn) -> ArchiveState:
+    def _parsed_state(self, env, txn) -> ArchiveState:
         """The state of ``txn``'s version, parsed once per version (callers must not modify it).
-        A new version lets go of what only the replaced one held, in the background."""
+        A new version lets go of what only the replaced one held, in the background; an older
+        one than last seen (a transaction begun before a commit another thread has seen) is
+        parsed and kept nowhere, so it cannot undo what the newer one prepared."""
         raw = read_state_bytes(txn)
         if self._state is None or self._state[0] != raw:
             state = parse_state(raw)
-            self._state = (raw, state)
+            seen = self._state_at
+            if seen is not None and seen[0] is env and txn.id() < seen[1]:
+                return state
+            self._state, self._state_at = (raw, state), (env, txn.id())
             old, self._point_runs = self._point_runs, None
             self.open_files.retain(state.run_names(), (old,))  # older versions' runs reopen if read
         return self._state[1]

@@ -18,7 +18,7 @@ from .arrow_np import from_np, to_np
 from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import ReadError
-from .manifest import ArchiveState, kept_version_at, oldest_kept_version
+from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
 from .read_plan import Probe, ReadRequest, ReadTask, plan, sources, where
@@ -31,6 +31,7 @@ class Snapshot:
 
     def __init__(self, archive):
         self._archive = archive
+        self._pins: dict[int, leases.Lease | None] = {}  # kept versions read, by txn id
         env = archive.env
         self.txn = env.begin(buffers=False)
         try:
@@ -60,16 +61,19 @@ class Snapshot:
     def version_at(self, as_of: int | None) -> tuple[int, ArchiveState]:
         """``as_of`` (default: the snapshot's time) and the state of the version current at that
         instant: this snapshot's, or for an earlier instant the version kept for it
-        (``config.retain``). ReadError naming the oldest readable instant if none is kept."""
-        t, state, _ = self._version(as_of)
-        return t, state
+        (``config.retain``), which this snapshot then pins with a lease until it is closed (the
+        window may move past it meanwhile). ReadError naming the oldest readable instant if none
+        is kept. As of this snapshot's own version it needs no metadata: a served snapshot
+        answers from any thread, even after ``close``."""
+        t, kept = self._version(as_of)
+        return t, self.state if kept is None else kept.state
 
-    def _version(self, as_of: int | None) -> tuple[int, ArchiveState, int]:
-        """``version_at``, and the LMDB transaction id that committed that version."""
+    def _version(self, as_of: int | None) -> tuple[int, KeptVersion | None]:
+        """``as_of`` and the kept version current then (None: this snapshot's own)."""
         if as_of is None:
-            return self.time, self.state, self.version_txn
+            return self.time, None
         if as_of >= self.time:
-            return int(as_of), self.state, self.version_txn
+            return int(as_of), None
         kept = kept_version_at(self.txn, as_of)
         if kept is None:
             oldest = oldest_kept_version(self.txn)
@@ -77,7 +81,26 @@ class Snapshot:
             raise ReadError(f"as_of {as_of} is before {since}, the oldest instant this archive can still read "
                             f"(the last update was at {self.time}; it keeps {self.config.retain} chronons of history: "
                             "ebb init --retain)")
-        return int(as_of), kept.state, kept.txn
+        if kept.txn not in self._pins:
+            self._pins[kept.txn] = self._pin_kept(kept)
+        return int(as_of), kept
+
+    def _pin_kept(self, kept: KeptVersion) -> leases.Lease | None:
+        """A lease on kept version ``kept``, taken while the newest version still keeps it (so
+        garbage collection, which reads leases after trimming, sees it); ReadError if the
+        retention window has moved past it since this snapshot began. None where leases cannot
+        be written (a read-only mount): the read then lasts as long as the window keeps it."""
+        try:
+            lease = leases.take(self._archive.data_dir, kept.txn)
+        except OSError:
+            return None
+        with self._archive.env.begin() as newest:
+            still = kept_version_at(newest, kept.time)
+        if still is None or still.txn != kept.txn:
+            lease.release()
+            raise ReadError(f"the version current at {kept.time} left the retention window while this read began "
+                            "(the archive keeps its last config.retain chronons); read a later instant")
+        return lease
 
     @property
     def version_txn(self) -> int:
@@ -89,13 +112,16 @@ class Snapshot:
     def lease(self, as_of: int | None = None, seconds: float = leases.DEFAULT_SECONDS) -> leases.Lease:
         """Pins the version current at ``as_of`` for reads that outlive this snapshot or run in
         other processes (the tasks of a Spark action): its space stays until the lease is
-        released or ``seconds`` pass without a renewal (``leases``)."""
-        return leases.take(self._archive.data_dir, self._version(as_of)[2], seconds)
+        released or ``seconds`` pass without a renewal (``leases``). OSError if the data
+        directory is not writable here."""
+        _, kept = self._version(as_of)
+        return leases.take(self._archive.data_dir, self.version_txn if kept is None else kept.txn, seconds)
 
     def hold(self) -> None:
         """Keeps this snapshot's version readable until it is closed, however long a read of it
         lasts. An archive's own snapshot already does (its LMDB read transaction is in the
-        writer's reader table); a published copy's takes a lease (``_PublishedSnapshot``)."""
+        writer's reader table), and so does one reading a kept version (``version_at``); a
+        published copy's takes a lease (``_PublishedSnapshot``)."""
 
     @property
     def n(self) -> int:
@@ -207,6 +233,9 @@ class Snapshot:
 
     def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
         """Executes one task of this snapshot's plan (archive schema, valid records only)."""
+        for pin in self._pins.values():  # a long read of a kept version
+            if pin is not None:
+                pin.renew()
         cfg = self.config
         return execute(task, self._reads.open_files, self._physical, cfg.key_column, cfg.ts_column,
                        cfg.exp_column, f"archive {self._archive.path}, {task.where}")
@@ -228,6 +257,10 @@ class Snapshot:
         if self.txn is not None:
             self.txn.abort()
             self.txn = None
+        pins, self._pins = self._pins, {}
+        for pin in pins.values():
+            if pin is not None:
+                pin.release()
 
     def __enter__(self) -> "Snapshot":
         return self

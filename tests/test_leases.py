@@ -124,3 +124,19 @@ def test_a_remote_scan_outlasts_many_published_updates(tmp_path):
     arc.load(table_of([], SCHEMA), 28)  # the scan ended: its lease is gone and so is its space
     assert os.listdir(leases.lease_dir(arc.data_dir)) == []
     arc.close()
+
+
+def test_a_lease_renews_on_the_first_read_of_another_process(tmp_path):
+    """A lease travels pickled to other processes (Spark executors): their first renewal
+    touches the file, whatever this process's clock said."""
+    import pickle
+
+    arc, _, _ = _built(str(tmp_path / "a"))
+    with arc.snapshot() as snap:
+        lease = snap.lease(seconds=60)
+    os.utime(lease.path, (1, 1))
+    moved = pickle.loads(pickle.dumps(lease))
+    assert moved.renewed == 0.0
+    moved.renew()
+    assert os.stat(lease.path).st_mtime > 1
+    arc.close()

@@ -134,3 +134,31 @@ def test_metadata_stays_bounded_over_many_idle_updates(tmp_path):
     assert entries() == entries_1000 and os.path.getsize(mdb) <= size_1000 + 4 * 4096
     assert len(arc.updates()) == 50 and arc.stats()["updates"] == 3001
     arc.close()
+
+
+def test_a_read_of_a_kept_version_outlives_the_window_moving_past_it(tmp_path):
+    """A scan as of a kept version leases it: updates that move the retention window past it
+    (and would reclaim what it reads) do not fail it, and once it ends the space goes."""
+    schema = pa.schema([("key", pa.int64()), ("ts", pa.int64()), ("exp", pa.int64()), ("pad", pa.string())])
+    cfg = config(mode="rebuild", tau=0, delta=1, max_lifetime=4, retain=2, block_bytes=256)
+    arc = Archive.create(str(tmp_path / "a"), cfg)
+    oracle, history = Oracle(), []
+    for T in range(6):
+        rows = [{"key": k, "ts": T, "exp": T + 1 + k % 4, "pad": "x" * 40} for k in range(60)]
+        arc.load(pa.Table.from_pylist(rows, schema=schema), T)
+        oracle.load(rows, T)
+        history.append((T, list(oracle.records)))
+    with ArchiveReader(arc) as r:
+        stream = r.scan(as_of=3)  # the version of update 3, kept while the window holds 3..5
+        first = next(stream)
+        for T in range(6, 12):  # Rebuild replaces every run version 3 reads
+            arc.load(pa.Table.from_pylist([], schema=schema), T)
+            arc.open_files.close()  # nothing cached: every block is read after the updates
+        got = pa.Table.from_batches([first, *stream])
+        assert rows_multiset(got) == version_oracle(history, 3).scan(3)
+        with pytest.raises(ReadError, match="oldest instant"):
+            r.scan_table(as_of=3)
+    arc.load(pa.Table.from_pylist([], schema=schema), 12)
+    assert os.listdir(os.path.join(arc.data_dir, "leases")) == []
+    assert verify(arc)[0] == []
+    arc.close()
