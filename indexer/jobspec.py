@@ -13,7 +13,9 @@ one complete example per query kind. In short::
     name = "temperature"
     path = "landing/temperature"     # a directory of landed files, relative to this file
     format = "parquet"               # parquet | csv | json
-    time_column = "event_time"       # a timestamp, or a number of chronons since the origin
+    time_column = "event_time"       # a timestamp (any unit, with or without a zone), or a number
+                                     # of chronons since the origin
+    # epoch_unit = "ms"              # ... or an integer count of s | ms | us | ns since 1970 (UTC)
     key = "sensor"                   # the source's key column
     lifetime = 600                   # kind "lifetime": a constant, or lifetime_column = "..."
 
@@ -44,8 +46,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..storage.errors import UsageError
+from ..storage.timemodel import MAX_TIME
 
 TIME_UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "min": 60_000_000, "h": 3_600_000_000}
+# units of an integer epoch time column (``Source.epoch_unit``), in nanoseconds
+EPOCH_UNITS_NS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 KINDS = ("window", "join", "lifetime", "aggregate", "distinct")
 AGG_FUNCS = ("count", "sum", "avg", "min", "max")
 DEFAULT_MAX_CATCHUP = 1000  # ticks `ebb run` runs at most without being told more
@@ -53,7 +58,8 @@ DEFAULT_MAX_CATCHUP = 1000  # ticks `ebb run` runs at most without being told mo
 # The fields of each section (docs/jobs.md). Anything else is a typo or a misplaced field.
 TOP_FIELDS = ("job", "source", "query", "archive")
 JOB_FIELDS = ("time_unit", "origin", "late_policy", "max_catchup", "grace")
-SOURCE_FIELDS = ("name", "path", "format", "time_column", "key", "lifetime", "lifetime_column", "options")
+SOURCE_FIELDS = ("name", "path", "format", "time_column", "epoch_unit", "key", "lifetime", "lifetime_column",
+                 "options")
 # a window's fields; rows, partition_by, landmark and unbounded exist to name unarchivable windows
 WINDOW_FIELDS = ("source", "range", "slide", "rows", "partition_by", "landmark", "unbounded", "lifetime",
                  "lifetime_column", "filter")
@@ -92,6 +98,7 @@ class Source:
     lifetime: int | None = None
     lifetime_column: str | None = None
     options: dict[str, str] = field(default_factory=dict)  # passed to the Spark reader
+    epoch_unit: str | None = None  # an integer time column counts these since 1970 UTC, not chronons
 
 
 @dataclass(frozen=True)
@@ -172,12 +179,20 @@ def _get(d: dict, key: str, typ, where: str, default: Any = ..., choices=None):
 def _positive(v: int | None, where: str, what: str = "chronons") -> int | None:
     if v is not None and v <= 0:
         raise JobError(f"{where}: must be a positive number of {what}, got {v}")
-    return v
+    return _in_time_range(v, where)
 
 
 def _non_negative(v: int | None, where: str, what: str = "chronons") -> int | None:
     if v is not None and v < 0:
         raise JobError(f"{where}: must be a number of {what} from 0 up, got {v}")
+    return _in_time_range(v, where)
+
+
+def _in_time_range(v: int | None, where: str) -> int | None:
+    """``v``, if within ebb's time range (+-MAX_TIME chronons, storage/timemodel.py), where every
+    difference of two times fits in 64 bits; any count checked here is far below it too."""
+    if v is not None and not -MAX_TIME <= v <= MAX_TIME:
+        raise JobError(f"{where}: {v} is outside ebb's time range (+-{MAX_TIME} chronons)")
     return v
 
 
@@ -259,6 +274,12 @@ def load_job(path: str) -> Job:
             raw = tomllib.load(f)
     except FileNotFoundError:
         raise JobError(f"job file {path} does not exist") from None
+    except IsADirectoryError:
+        raise JobError(f"job file {path} is a directory; give the job's .toml file") from None
+    except OSError as e:
+        raise JobError(f"cannot read job file {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise JobError(f"{path} is not a TOML file: it is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise JobError(f"{path} is not valid TOML: {e}") from None
     base = os.path.dirname(os.path.abspath(path))
@@ -283,6 +304,7 @@ def load_job(path: str) -> Job:
             path=os.path.join(base, _get(s, "path", str, where)),
             format=_get(s, "format", str, where, "parquet", choices=("parquet", "csv", "json")),
             time_column=_get(s, "time_column", str, where),
+            epoch_unit=_get(s, "epoch_unit", str, where, None, choices=tuple(EPOCH_UNITS_NS)),
             key=_get(s, "key", str, where),
             lifetime=_positive(_get(s, "lifetime", int, where, None), f"{where}.lifetime"),
             lifetime_column=_get(s, "lifetime_column", str, where, None),
@@ -290,6 +312,10 @@ def load_job(path: str) -> Job:
         )
     if not sources:
         raise JobError("the job has no [[source]]")
+    for src in sources.values():
+        if src.epoch_unit and unit == "chronon":
+            raise JobError(f"source {src.name}: epoch_unit needs job.time_unit (us, ms, s, min or h) to convert "
+                           "epoch times to chronons")
     q = raw.get("query")
     if q is None:
         raise JobError("the job has no [query]")
@@ -337,10 +363,12 @@ def load_job(path: str) -> Job:
         layout=_get(a, "layout", str, "archive", "auto", choices=("auto", "doubly", "wave")),
         partitioning=_get(a, "partitioning", str, "archive", "round-robin", choices=("round-robin", "chronological", "random")),
         split=_get(a, "split", str, "archive", "insertion", choices=("insertion", "expiration")),
-        G=_get(a, "G", int, "archive", None), E=_get(a, "E", int, "archive", None), n=_get(a, "n", int, "archive", None),
+        G=_positive(_get(a, "G", int, "archive", None), "archive.G", "sub-indices"),
+        E=_positive(_get(a, "E", int, "archive", None), "archive.E", "sub-indices"),
+        n=_positive(_get(a, "n", int, "archive", None), "archive.n", "sub-indices"),
         mode=_get(a, "mode", str, "archive", "rebuild", choices=("rebuild", "norebuild")),
         interval=_positive(_get(a, "interval", int, "archive"), "archive.interval"),
-        start=_get(a, "start", int, "archive"),
+        start=_in_time_range(_get(a, "start", int, "archive"), "archive.start"),
         max_lifetime=_positive(_get(a, "max_lifetime", int, "archive", None), "archive.max_lifetime"),
         block_bytes=_get(a, "block_bytes", int, "archive", None),
         data_dir=(os.path.join(base, a["data_dir"]) if isinstance(a.get("data_dir"), str)

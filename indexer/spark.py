@@ -83,6 +83,9 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, app: 
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.adaptive.enabled": "true",
+        # Parquet nanosecond timestamps (pandas' default) as bigint, which events.read turns into
+        # timestamps; without it Spark refuses the file (PARQUET_TYPE_ILLEGAL)
+        "spark.sql.legacy.parquet.nanosAsLong": "true",
     }
     if local:
         defaults["spark.driver.bindAddress"] = "127.0.0.1"

@@ -19,12 +19,13 @@ import os
 import sys
 
 from ..storage.errors import EXIT_ERROR, EXIT_VERIFY, EbbError, RejectedBatch, UsageError
+from .output import add_output_options
 
 # Subcommands that belong to other layers. Each module defines ``register(subparsers)``, which adds
 # its parsers with ``set_defaults(handler=run)``; ``run(args) -> int`` does the work. They must not
 # import heavy dependencies (pyspark) at module level: --help imports them all.
-LAYER_COMMANDS: list[str] = ["ebb.indexer.commands", "ebb.query.serve_cmd", "ebb.tools.bench_cmd", "ebb.tools.scaleout",
-                             "ebb.tools.migration_bench", "ebb.tools.advise_cmd"]
+LAYER_COMMANDS: list[str] = ["ebb.indexer.commands", "ebb.query.serve_cmd", "ebb.query.sql_cmd", "ebb.tools.bench_cmd",
+                             "ebb.tools.scaleout", "ebb.tools.migration_bench", "ebb.tools.advise_cmd"]
 
 EPILOG = """\
 exit codes: 0 ok, 1 error, 2 usage (arguments, job file), 3 input rejected (archive unchanged),
@@ -61,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     c = cmd("init", "create an empty archive",
             "Create an empty archive. The time model and columns are fixed for its life (the layout can "
             "change later, with `ebb migrate`); the "
-            "record schema is fixed by the first load.\n\n"
+            "record schema is set by the first load (later loads may add nullable columns, never drop or "
+            "retype one).\n\n"
             "Time is an integer count of chronons. A record is valid at t iff ts <= t < exp. Updates run "
             "at tau + j*Delta; S bounds lifetimes and is rounded up to a multiple of Delta.")
     c.add_argument("path", help="directory to create (must not exist or be empty)")
@@ -126,8 +128,7 @@ def _parser() -> argparse.ArgumentParser:
         else:
             c.add_argument("path", help="archive directory, or the data directory of one made with --data-dir, read through the metadata published there")
         c.add_argument("--as-of", type=int, metavar="T", help="time of validity (default: last update time)")
-        c.add_argument("--format", choices=["table", "jsonl", "csv", "parquet"], default="table", help="output format (default: table)")
-        c.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
+        add_output_options(c)
 
     c = cmd("stats", "sizes, slots and the I/O of every update",
             "Show the archive's configuration, each sub-index's size (records, bytes, blocks, runs) and the "
@@ -314,7 +315,7 @@ def _cmd_scan(a) -> int:
         if not len(schema):
             print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
             return 0
-        n = write(r.scan(a.as_of), schema, a.format, a.out)
+        n = write(r.scan_batches(a.as_of), schema, a.format, a.out)  # ebb's errors keep their exit codes
     if a.out or a.format == "table":
         print(f"{n} records", file=sys.stderr)
     return 0
@@ -333,11 +334,17 @@ def _cmd_stats(a) -> int:
     print(f"layout    {s['layout']}, {c['mode']}; {s['n']} sub-indices")
     print(f"time      tau={c['tau']} Delta={c['delta']} S={c['max_lifetime']} p={s['p']}"
           + (f" ({c['time_unit']})" if c.get("time_unit") else ""))
+    if s["native_point_probe"] != "on":
+        print(f"probes    native point probe {s['native_point_probe']}: probes take the planned read (same answers, slower)")
     last = "no update yet" if s["last_update_time"] is None else f"last at T={s['last_update_time']}"
     print(f"state     {s['updates']} updates, {last}; {s['records']} records, {_size(s['bytes'])}; "
           f"{s.get('late_rows', 0)} late events dropped (by `ebb run`)")
     if s["schema"]:
         print(f"schema    {', '.join(s['schema'])}")
+    if len(s["schema_history"]) > 1:  # loads added columns: each version, what it added and when
+        for v in s["schema_history"]:
+            when = "first load" if v["update"] is None else f"update {v['update']} at T={v['time']}"
+            print(f"  v{v['version']:<7}{'+' if v['version'] else ''}{', '.join(v['added'])} ({when})")
     print()
     print(f"{'sub':>5} {'records':>10} {'bytes':>12} {'blocks':>8}  {'insertion slots':<22} expiration slots")
     for x in s["subindices"]:

@@ -26,9 +26,16 @@ from ..storage.errors import UsageError
 from . import flight_protocol as proto
 
 
+FLIGHT_SCHEMES = ("grpc", "grpc+tcp", "grpc+tls", "grpc+unix")  # the transports pyarrow.flight clients know
+
+
 def server_url(address: str) -> str:
     """``grpc://HOST:PORT`` for an address given as a URL or as ``HOST:PORT`` (``[::1]:PORT``)."""
     if "://" in address:
+        scheme, _, rest = address.partition("://")
+        if scheme not in FLIGHT_SCHEMES or not rest:
+            raise UsageError(f"server address {address!r}: the scheme must be one of {', '.join(FLIGHT_SCHEMES)} "
+                             "followed by HOST:PORT (or give HOST:PORT alone)")
         return address
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from ..storage.archive import open_readonly
-from ..storage.errors import CorruptionError, EbbError, ReadError
+from ..storage.errors import CorruptionError, EbbError, ReadError, VersionReclaimed
 from ..storage.snapshot import Snapshot
 from . import flight_protocol as proto
 from .reader import ArchiveReader
@@ -84,8 +84,10 @@ def _flight_error(e: Exception, where: str) -> flight.FlightError:
     without a file path or a traceback (those are logged here, for the operator)."""
     if isinstance(e, flight.FlightError):
         return e
+    if isinstance(e, VersionReclaimed):  # not the client's mistake: the same request will succeed
+        return flight.FlightUnavailableError(f"ebb: retry: {e}")
     if isinstance(e, (proto.BadRequest, ValueError)) and not isinstance(e, EbbError) or isinstance(e, ReadError):
-        # ValueError is what the reader raises for an as_of before the last update
+        # a request the archive cannot answer as asked (ReadError: e.g. an as_of before the oldest kept version)
         return flight.FlightServerError(f"ebb: bad request: {e}")
     log.exception("ebb flight: %s failed", where)
     if isinstance(e, FileNotFoundError):
@@ -200,7 +202,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
         key_type = snap.schema.field(snap.config.key_column).type
         reader = self.reader
         if req.kind == "scan":
-            return _closing(reader.scan(as_of, snapshot=snap), snap)
+            return _closing(reader.scan_batches(as_of, snapshot=snap), snap)
         try:
             if req.kind == "probe":
                 table = reader.probe(proto.check_key("key", req.key, key_type), as_of, snapshot=snap)
@@ -228,6 +230,21 @@ class ArchiveFlightServer(flight.FlightServerBase):
         schema = self.archive.schema
         return flight.SchemaResult(schema if schema is not None else pa.schema([]))
 
+    # -- what a read-only server does not do: a one-line error, never pyarrow's default traceback.
+    # (pyarrow's Python servers can send gRPC's UNIMPLEMENTED only with a traceback attached, so
+    # these fail as FlightServerError.)
+    def do_put(self, context, descriptor, reader, writer):
+        raise _read_only("do_put")
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        raise _read_only("do_exchange")
+
+    def do_action(self, context, action):
+        raise _read_only(f"action {action.type!r}")
+
+    def list_actions(self, context):
+        return []
+
     def _request_of(self, descriptor: flight.FlightDescriptor) -> proto.ReadRequest:
         if descriptor.descriptor_type != flight.DescriptorType.CMD:
             raise proto.BadRequest("use a command descriptor holding a ticket, e.g. {\"kind\": \"scan\"}; "
@@ -252,6 +269,11 @@ class ArchiveFlightServer(flight.FlightServerBase):
                                  total_records=info["records"] if whole else -1,
                                  total_bytes=info["bytes"] if whole else -1,
                                  app_metadata=json.dumps(info).encode())
+
+
+def _read_only(what: str) -> flight.FlightServerError:
+    return flight.FlightServerError(f"ebb: {what} is not supported: `ebb serve` is read-only "
+                                    "(do_get, get_flight_info, get_schema and list_flights)")
 
 
 def _uri_host(host: str) -> str:

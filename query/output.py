@@ -5,6 +5,7 @@ in well under a second."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import IO, TYPE_CHECKING, Iterable
@@ -14,6 +15,12 @@ if TYPE_CHECKING:
 
 FORMATS = ("table", "jsonl", "csv", "parquet")
 _MAX_CELL = 40
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``--format`` and ``--out``, the same for every command that prints records (probe, scan, sql)."""
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    parser.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
 
 
 def _cell(v) -> str:

@@ -3,11 +3,14 @@
 A thin layer over storage's read planning: every read opens (or is given) one snapshot, asks
 it for a plan (``Snapshot.plan``) and executes the plan's tasks (``Snapshot.read``), exactly as
 the Flight server and the Spark source do. Probe and range results are ordered by
-(key, exp, ts); scans stream sub-index by sub-index in file order.
+(key, exp, ts); scans stream sub-index by sub-index in file order. Results are Arrow: probes
+return tables and a scan a ``pyarrow.RecordBatchReader``, which DuckDB, polars and pandas read
+as they are (docs/offline-analysis.md).
 """
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -117,22 +120,32 @@ class ArchiveReader:
         return self._collect(KeyRange(lo, hi), as_of, subindices, snapshot)
 
     def scan(self, as_of: int | None = None, subindices: list[int] | None = None,
-             snapshot: Snapshot | None = None) -> Iterator[pa.RecordBatch]:
-        """Streams every record valid at ``as_of``. A snapshot this call opens stays open until
-        the iterator is exhausted or closed; a ``snapshot`` passed in is left open."""
-        snap = snapshot if snapshot is not None else self.archive.snapshot()
-        try:
-            tasks = snap.plan(Scan(), as_of, subindices)
-            snap.hold()  # a scan may outlast many updates: its version stays readable until it ends
-        except BaseException:
-            if snapshot is None:
-                snap.close()
-            raise
-        return self._stream(snap, tasks, close=snapshot is None)
+             snapshot: Snapshot | None = None) -> pa.RecordBatchReader:
+        """Every record valid at ``as_of``, as a ``pyarrow.RecordBatchReader`` with the snapshot's
+        schema that reads block by block as it is consumed: iterate it, or hand it to DuckDB
+        (``duckdb.sql("select ... from reader")``), polars (``polars.from_arrow(reader)``) or
+        pandas (``reader.read_pandas()``); it can be read once. A snapshot this call opens stays
+        open until the reader is exhausted, closed or collected; a ``snapshot`` passed in is left
+        open. Arrow's stream interface carries an error as a message, so a read that fails while
+        streaming raises a pyarrow error (ArrowInvalid, OSError) that quotes ebb's;
+        ``scan_batches`` raises ebb's own classes (``ebb.storage.errors``)."""
+        schema, batches = self._scan(as_of, subindices, snapshot)
+        # from_batches alone keeps the generator (and so the snapshot) until the reader is
+        # collected: its close() does not reach the generator. Imported through the C stream
+        # interface, close() releases the stream and with it the last reference to the
+        # generator, whose finally closes the snapshot.
+        return pa.RecordBatchReader.from_stream(pa.RecordBatchReader.from_batches(schema, batches))
+
+    def scan_batches(self, as_of: int | None = None, subindices: list[int] | None = None,
+                     snapshot: Snapshot | None = None) -> Iterator[pa.RecordBatch]:
+        """``scan`` as a generator of record batches, for callers that handle ebb's errors by
+        class (the CLI's exit codes, the Flight server's error statuses). A snapshot this call
+        opens stays open until the generator is exhausted or closed."""
+        return self._scan(as_of, subindices, snapshot)[1]
 
     def scan_table(self, as_of: int | None = None, subindices: list[int] | None = None) -> pa.Table:
         """``scan`` collected into one table."""
-        batches = list(self.scan(as_of, subindices))
+        batches = list(self.scan_batches(as_of, subindices))
         return pa.Table.from_batches(batches, schema=self.result_schema()) if batches else self.result_schema().empty_table()
 
     def result_schema(self) -> pa.Schema:
@@ -150,6 +163,25 @@ class ArchiveReader:
             return
         with self.archive.snapshot() as snap:
             yield snap
+
+    def _scan(self, as_of: int | None, subindices: list[int] | None,
+              snapshot: Snapshot | None) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+        """Plans a scan now (so that an instant out of reach fails here, not at the first batch)
+        and returns the schema of its batches and the generator that reads them."""
+        snap = snapshot if snapshot is not None else self.archive.snapshot()
+        try:
+            tasks = snap.plan(Scan(), as_of, subindices)
+            snap.hold()  # a scan may outlast many updates: its version stays readable until it ends
+        except BaseException:
+            if snapshot is None:
+                snap.close()
+            raise
+        schema = snap.schema if snap.schema is not None else pa.schema([])
+        batches = self._stream(snap, tasks, close=snapshot is None)
+        if snapshot is None:
+            # a generator closed or dropped before its first batch never runs its finally
+            weakref.finalize(batches, snap.close)
+        return schema, batches
 
     def _collect(self, request, as_of, subindices, snapshot) -> pa.Table:
         with self._use(snapshot) as snap:

@@ -43,10 +43,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "archive made with --data-dir, read through the metadata the writer publishes there")
     c.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; :: or 0.0.0.0 for every interface)")
-    c.add_argument("--port", type=int, default=8815, help="TCP port (default 8815; 0 picks a free port, printed at start)")
+    c.add_argument("--port", type=_port, default=8815, help="TCP port (default 8815; 0 picks a free port, printed at start)")
     c.add_argument("--token", default=os.environ.get(TOKEN_ENV),
                    help=f"require 'authorization: Bearer TOKEN' on every call (default: ${TOKEN_ENV}, else no token)")
     c.set_defaults(handler=run)
+
+
+def _port(text: str) -> int:
+    """A TCP port number, 0 to 65535 (argparse reports anything else as a usage error)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0 to 65535)")
+    return port
 
 
 def _is_loopback(host: str) -> bool:
@@ -83,9 +94,12 @@ def run(args: argparse.Namespace) -> int:
 
     from .flight_server import ArchiveFlightServer
 
+    if args.token is not None and not args.token.strip():
+        # an empty token (e.g. an unset variable in a unit file) must not mean "no authentication"
+        raise UsageError("--token (or $EBB_FLIGHT_TOKEN) is empty; give a token, or leave both unset to serve without one")
     _check_port_free(args.host, args.port)
     try:
-        server = ArchiveFlightServer(args.path, host=args.host, port=args.port, token=args.token or None)
+        server = ArchiveFlightServer(args.path, host=args.host, port=args.port, token=args.token)
     except pa.ArrowException as e:
         raise UsageError(f"cannot serve on {args.host}:{args.port}: {' '.join(str(e).split())}") from None
     if not args.token and not _is_loopback(args.host):

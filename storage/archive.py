@@ -19,9 +19,11 @@ from typing import Callable, Iterator
 import lmdb
 import pyarrow as pa
 
-from . import files, leases, lmdb_env, published
+from . import files, leases, lmdb_env, point_probe, published
 from .config import ArchiveConfig, check_config
-from .errors import ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, ReadError, RejectedBatch
+from .errors import (
+    ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, RejectedBatch, UsageError, VersionReclaimed,
+)
 from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclusive_lock, write_durably
 from .layout import compress_slots
 from .manifest import (
@@ -30,9 +32,12 @@ from .manifest import (
 )
 from .metadata_cache import MetadataCache
 from .read_state import ReadState
+from .schema import SchemaHistory
 from .snapshot import Snapshot
 
 __all__ = ["Archive", "ArchiveError", "ArchiveBusy", "PublishedArchive", "open_readonly"]
+
+MAX_PLANNED_UPDATES = 100_000  # ``Archive.plan``: a bound on one answer's size and time
 
 
 class Archive:
@@ -250,8 +255,17 @@ class Archive:
 
     @property
     def schema(self) -> pa.Schema | None:
-        with self.env.begin() as txn:
-            return self.reads.load_schema(txn)
+        """The archive schema of the last committed version (None before the first load)."""
+        history = self.schema_history
+        return None if history is None else history.schema
+
+    @property
+    def schema_history(self) -> SchemaHistory | None:
+        """The archive schema and every version it had (a load may add columns)."""
+        env = self.env
+        with env.begin() as txn:
+            stored = self.reads.schema(env, txn)
+        return None if stored is None else stored.history
 
     def updates(self, last: int | None = None) -> list[dict]:
         with self.env.begin() as txn:
@@ -259,7 +273,10 @@ class Archive:
 
     def plan(self, updates: int = 1) -> list[dict]:
         """Which sub-indices (1-based) each of the next ``updates`` updates inserts into and
-        deletes from (docs/spec.md section 3)."""
+        deletes from (docs/spec.md section 3). UsageError beyond ``MAX_PLANNED_UPDATES``: the
+        answer is built whole, and a layout's pattern repeats far sooner."""
+        if not 1 <= updates <= MAX_PLANNED_UPDATES:
+            raise UsageError(f"plan 1 to {MAX_PLANNED_UPDATES} updates at a time, not {updates}")
         cfg, state = self._version()
         layout, tm = cfg.layout_obj, cfg.time
         out = []
@@ -293,10 +310,12 @@ class Archive:
                 "insertion_times": [[tm.time_of(a - 1) + 1, tm.time_of(b)] for a, b in ins],
                 "expiration_times": [[tm.time_of(a - 1) + 1, tm.time_of(b)] for a, b in exp],
             })
-        schema = self.schema
+        history = self.schema_history
+        schema = None if history is None else history.schema
         return {
             "path": self.path,
             "format": FORMAT_VERSION,
+            "native_point_probe": point_probe.NATIVE_STATE,
             "config": asdict(cfg),
             "layout": layout.describe(),
             "n": layout.n,
@@ -305,6 +324,7 @@ class Archive:
             "last_slot": state.last_slot,
             "updates": state.update_seq,
             "schema": None if schema is None else [f"{f.name}: {f.type}" for f in schema],
+            "schema_history": [] if history is None else history.describe(),
             "records": sum(s.records for s in state.subindices),
             "bytes": sum(s.bytes for s in state.subindices),
             "late_rows": state.late_rows,
@@ -455,5 +475,7 @@ class _PublishedSnapshot(Snapshot):
     def _reclaimed(self) -> None:
         """ReadError if this snapshot's version was reclaimed (the failure is not corruption)."""
         if not os.path.isdir(self._copy_dir) and self._lease is None:
-            raise ReadError(f"{self._archive.path}: the version this read started on (update {self.state.update_seq}) "
-                            f"was reclaimed after {published.KEEP} newer updates were published; run the read again") from None
+            name = os.path.basename(self._archive.path.rstrip(os.sep))
+            raise VersionReclaimed(f"archive {name}: the version this read started on (update {self.state.update_seq}) "
+                                   f"was reclaimed after {published.KEEP} newer updates were published; run the read "
+                                   "again") from None

@@ -10,6 +10,7 @@ XXH3-64 is kept in its run's descriptor and checked before a single value is dec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterator
 
 import numpy as np
@@ -24,6 +25,13 @@ INS_SLOT = "__ebb_ins"
 def physical_schema(schema: pa.Schema) -> pa.Schema:
     """The schema of stored blocks: the archive schema and the hidden insertion slot."""
     return schema.append(pa.field(INS_SLOT, pa.int64(), nullable=False))
+
+
+@lru_cache(maxsize=64)
+def older_physical(physical: pa.Schema, columns: int) -> pa.Schema:
+    """The physical schema of blocks written when the archive schema had only its first
+    ``columns`` columns (``physical``: the newest physical schema)."""
+    return physical_schema(pa.schema(list(physical)[:columns]))
 
 
 def row_sizes(table: pa.Table) -> np.ndarray:

@@ -15,15 +15,17 @@ from .faults import crash_point
 from .manifest import (
     ArchiveState, append_update_record, keep_version, parse_config, read_config_bytes, read_garbage,
     read_migrations, trim_update_records, write_checkpoint, write_config, write_garbage, write_migrations, write_run,
-    write_schema, write_state,
+    write_schema_history, write_state,
 )
 from .maintenance import SubIndexChange
+from .schema import SchemaHistory
 
 
-def stage(txn, state: ArchiveState, changes: list[SubIndexChange], schema_to_write, checkpoint: dict[str, bytes] | None,
-          record: dict, dropped_runs: list[str] = ()) -> None:
+def stage(txn, state: ArchiveState, changes: list[SubIndexChange], schemas: SchemaHistory | None,
+          checkpoint: dict[str, bytes] | None, record: dict, dropped_runs: list[str] = ()) -> None:
     """Writes the new version into the open write transaction ``txn`` (not yet committed).
-    ``dropped_runs``: runs leaving the version besides those of ``changes`` (drained ones)."""
+    ``schemas``: the schema and its history, if this update set or grew it. ``dropped_runs``:
+    runs leaving the version besides those of ``changes`` (drained ones)."""
     garbage = read_garbage(txn)
     garbage += [[name, txn.id(), None] for name in dropped_runs]
     for ch in changes:
@@ -33,8 +35,8 @@ def stage(txn, state: ArchiveState, changes: list[SubIndexChange], schema_to_wri
         garbage += [[name, txn.id(), None] for name in ch.dropped_runs]
         garbage += [[name, txn.id(), end] for name, end in ch.dead_prefixes]
     write_garbage(txn, garbage)
-    if schema_to_write is not None:
-        write_schema(txn, schema_to_write)
+    if schemas is not None:
+        write_schema_history(txn, schemas)
     for name, value in (checkpoint or {}).items():
         write_checkpoint(txn, name, value)
     write_state(txn, state)

@@ -65,6 +65,11 @@ class ReadError(EbbError, ValueError):
     exit_code = EXIT_USAGE
 
 
+class VersionReclaimed(ReadError):
+    """The version a long read started on was reclaimed under it; running the read again reads
+    the newest version. Names the archive, not its path: servers pass it on to clients."""
+
+
 class CorruptionError(EbbError):
     """Stored bytes fail their checksum or are malformed. Nothing was returned from them."""
 

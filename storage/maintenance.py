@@ -27,12 +27,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import files
-from .block_format import physical_schema
+from .block_format import older_physical, physical_schema
 from .config import MIN_BLOCK_BYTES, ArchiveConfig
 from .files import OpenFiles, run_file_name
 from .manifest import LiveRun, SubIndexState
 from .run_descriptor import RunDescriptor
 from .run_writer import RunWriter
+from .schema import SchemaHistory, widen
 from .task_reader import read_blocks
 
 MERGE_CHUNK_BYTES = 32 << 20
@@ -76,7 +77,7 @@ class MaintenanceContext:
     """What every sub-index of one update shares."""
 
     config: ArchiveConfig
-    schema: pa.Schema  # archive schema
+    schemas: SchemaHistory  # the archive schema new runs are written under, and the older ones
     data_dir: str
     open_files: OpenFiles
     descriptor: Callable[[str], RunDescriptor]
@@ -84,10 +85,14 @@ class MaintenanceContext:
     created: list[str]  # paths of files this update created (removed if it does not commit); the
     # update syncs them all before its commit
 
+    @property
+    def schema(self) -> pa.Schema:
+        return self.schemas.schema
+
     def writer(self, i: int) -> RunWriter:
         name = run_file_name(i, self.update_seq)
         w = RunWriter(self.data_dir, name, i, self.config.key_column, self.config.ts_column,
-                      self.config.exp_column, run_block_bytes(self.config))
+                      self.config.exp_column, run_block_bytes(self.config), self.schemas.current)
         self.created.append(w.path)
         return w
 
@@ -187,9 +192,10 @@ def rewrite(ctx: MaintenanceContext, i: int, slices: list[RunSlice], rows: pa.Ta
 def _old_chunks(ctx: MaintenanceContext, piece: RunSlice, ch: SubIndexChange, delete_upto: int | None,
                 key_range: tuple = (None, None)) -> Iterator[pa.Table]:
     """The slice's records with exp > ``delete_upto`` and keys in ``key_range`` [lo, hi), in
-    (key, exp) order, as tables of about MERGE_CHUNK_BYTES read sequentially. Wholly expired
-    blocks are skipped unread, unless they cross the key range's edge (two parts read those,
-    and each counts only its own records)."""
+    (key, exp) order, as tables of about MERGE_CHUNK_BYTES read sequentially, in the newest
+    schema (a run written under an older one gets nulls in the columns added since). Wholly
+    expired blocks are skipped unread, unless they cross the key range's edge (two parts read
+    those, and each counts only its own records)."""
     desc = ctx.descriptor(piece.name)
     lo, hi = key_range
     key, exp = ctx.config.key_column, ctx.config.exp_column
@@ -201,8 +207,9 @@ def _old_chunks(ctx: MaintenanceContext, piece: RunSlice, ch: SubIndexChange, de
         blocks = [e for e in blocks if e.max_exp > delete_upto or e.offset in crossing]
     source = ctx.open_files.source(piece.name, sequential=True)
     schema = physical_schema(ctx.schema)
+    stored = older_physical(schema, ctx.schemas.columns(desc.schema))
     parts, size = [], 0
-    for e, batch in read_blocks(source, blocks, schema, f"sub-index I{ch.i + 1}, run {piece.name}"):
+    for e, batch in read_blocks(source, blocks, stored, f"sub-index I{ch.i + 1}, run {piece.name}"):
         ch.blocks_read += 1
         ch.bytes_read += e.length
         if e.offset in crossing:
@@ -216,7 +223,7 @@ def _old_chunks(ctx: MaintenanceContext, piece: RunSlice, ch: SubIndexChange, de
             batch = batch.filter(pa.array(keep))
         if batch.num_rows == 0:
             continue
-        parts.append(batch)
+        parts.append(widen(batch, schema))
         size += e.length
         if size >= MERGE_CHUNK_BYTES:
             yield pa.Table.from_batches(parts, schema)

@@ -7,7 +7,9 @@ sealed (``checksum.seal``), so damage reads as a ``CorruptionError``, never as a
 Keys (one LMDB database):
 
     config          ArchiveConfig (JSON), written once by ``ebb init``
-    schema          the archive's Arrow schema (IPC), written by the first load
+    schema          the archive's Arrow schema (IPC), written by the first load, rewritten by a
+                    load that adds columns
+    schemas         its history (JSON): each version's column count and the update that brought it
     state           ArchiveState (JSON): last slot, update count, the live runs of each sub-index,
                     and the runs of layouts being drained after ``ebb migrate``
     run/NAME        the RunDescriptor of run file NAME
@@ -33,6 +35,7 @@ from .checksum import seal, unseal
 from .config import ArchiveConfig
 from .errors import ArchiveError, CorruptionError
 from .run_descriptor import RunDescriptor
+from .schema import SchemaHistory
 
 FORMAT_VERSION = 2
 
@@ -188,13 +191,35 @@ def write_state(txn, state: ArchiveState) -> None:
     txn.put(b"state", seal(b"STAT", b"state", state.to_json()))
 
 
-def read_schema(txn) -> pa.Schema | None:
-    raw = _get(txn, b"schema", b"SCHM", "schema", required=False)
-    return None if raw is None else pa.ipc.read_schema(pa.py_buffer(bytes(raw)))
+def read_schema_bytes(txn) -> tuple[bytes, bytes] | None:
+    """The schema and its history as stored, still sealed (a cache key for the parsed history);
+    None before the first load."""
+    raw = _lookup(txn, b"schema")
+    if raw is None:
+        return None
+    history = _lookup(txn, b"schemas")
+    return bytes(raw), b"" if history is None else bytes(history)
 
 
-def write_schema(txn, schema: pa.Schema) -> None:
-    txn.put(b"schema", seal(b"SCHM", b"schema", schema.serialize().to_pybytes()))
+def parse_schema_history(raw: tuple[bytes, bytes]) -> SchemaHistory:
+    schema_raw, history_raw = raw
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(bytes(unseal(b"SCHM", b"schema", schema_raw, "schema"))))
+    except pa.ArrowInvalid as e:
+        raise CorruptionError(f"the archive's schema cannot be decoded ({e}): its metadata is damaged") from None
+    history = bytes(unseal(b"SCHH", b"schemas", history_raw, "schema history")) if history_raw else None
+    return SchemaHistory.from_json(schema, history)
+
+
+def read_schema_history(txn) -> SchemaHistory | None:
+    """The archive schema and its history, or None before the first load."""
+    raw = read_schema_bytes(txn)
+    return None if raw is None else parse_schema_history(raw)
+
+
+def write_schema_history(txn, history: SchemaHistory) -> None:
+    txn.put(b"schema", seal(b"SCHM", b"schema", history.schema.serialize().to_pybytes()))
+    txn.put(b"schemas", seal(b"SCHH", b"schemas", history.to_json()))
 
 
 def _run_value(txn, name: str) -> bytes:
@@ -341,7 +366,8 @@ def oldest_kept_version(txn) -> KeptVersion | None:
     return _kept(cur.key(), cur.value())
 
 
-_TAGS = {b"config": b"CONF", b"state": b"STAT", b"schema": b"SCHM", b"garbage": b"GARB", b"migrations": b"MIGR"}
+_TAGS = {b"config": b"CONF", b"state": b"STAT", b"schema": b"SCHM", b"schemas": b"SCHH", b"garbage": b"GARB",
+         b"migrations": b"MIGR"}
 _PREFIX_TAGS = {b"run/": b"RUN2", b"ext/": b"EXTN", b"upd/": b"UPDT", b"ver/": b"VERS"}
 
 

@@ -26,16 +26,17 @@ from typing import Callable
 import pyarrow as pa
 
 from . import files
-from .block_format import INS_SLOT, physical_schema
+from .block_format import INS_SLOT, older_physical, physical_schema
 from .commit import stage_migration
 from .config import ArchiveConfig, check_config
 from .errors import ConfigError
 from .faults import SimulatedCrash, crash_point
 from .iostats import delta as io_delta, proc_io
 from .maintenance import MaintenanceContext, SubIndexChange, norebuild, rebuild
-from .manifest import ArchiveState, DrainingLayout, SubIndexState, read_schema, read_state
+from .manifest import ArchiveState, DrainingLayout, SubIndexState, read_schema_history, read_state
 from .read_plan import Scan, plan
 from .recovery import recover
+from .schema import widen
 from .task_reader import read_blocks
 from .update import descriptor_reader
 from .update_plan import place
@@ -168,23 +169,24 @@ def _switch(archive, target: ArchiveConfig, copy: bool, progress) -> dict:
 def _copy(archive, txn, state: ArchiveState, target: ArchiveConfig, created: list[str], rec: Migration,
           progress) -> list[SubIndexChange]:
     """Writes every record of ``state`` live after its last update into ``target``'s layout."""
-    schema = read_schema(txn)
-    if schema is None or state.last_slot is None:
+    schemas = read_schema_history(txn)
+    if schemas is None or state.last_slot is None:
         return []
     cfg = archive.reads.config(txn)
     at = cfg.time.time_of(state.last_slot)
     descriptor = descriptor_reader(archive, txn)
-    phys = physical_schema(schema)
+    phys = physical_schema(schemas.schema)
     batches = []
-    tasks = plan(state, descriptor, Scan(), at)
+    tasks = plan(state, descriptor, Scan(), at, schemas)
     for n, task in enumerate(tasks, 1):
         if progress:
             progress(f"reading {task.where}, run {task.file} ({n}/{len(tasks)} read tasks)")
         source = archive.open_files.source(task.file, sequential=True)
-        for _, batch in read_blocks(source, task.blocks, phys, f"archive {archive.path}, {task.where}"):
+        stored = phys if task.columns is None else older_physical(phys, task.columns)
+        for _, batch in read_blocks(source, task.blocks, stored, f"archive {archive.path}, {task.where}"):
             exp = batch.column(cfg.exp_column).to_numpy()
             batch = batch.filter(pa.array(exp > at)) if (exp <= at).any() else batch
-            batches.append(batch)
+            batches.append(widen(batch, phys))
         rec.bytes_read += task.bytes
     rows = pa.Table.from_batches(batches, phys)
     tm = cfg.time
@@ -192,7 +194,7 @@ def _copy(archive, txn, state: ArchiveState, target: ArchiveConfig, created: lis
     k_exp = tm.slots(exp)
     sub = target.layout_obj.subindex_of(rows.column(INS_SLOT).to_numpy(), k_exp)
     rows, exp_slots, cuts = place(target, rows, exp, k_exp, sub)
-    ctx = MaintenanceContext(target, schema, archive.data_dir, archive.open_files, descriptor, state.update_seq, created)
+    ctx = MaintenanceContext(target, schemas, archive.data_dir, archive.open_files, descriptor, state.update_seq, created)
     changes = []
     for i in range(target.n):
         a, b = int(cuts[i]), int(cuts[i + 1])

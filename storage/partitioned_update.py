@@ -38,11 +38,12 @@ from .faults import crash_point
 from .files import OpenFiles
 from .iostats import proc_io
 from .maintenance import MaintenanceContext, RunSlice, SubIndexChange, key_ordered_slices, norebuild, rewrite
-from .manifest import LiveRun, SubIndexState, read_schema, read_state
+from .manifest import LiveRun, SubIndexState, read_schema_history, read_state
 from .run_descriptor import RunDescriptor
+from .schema import SchemaHistory
 from .update import descriptor_reader, finish_update, input_table
 from .update_plan import UpdatePlan, plan_update, subindex_of_rows, touched
-from .validate import check_rows, conform_batch, update_slot
+from .validate import check_rows, conform_batch, conform_to, update_slot
 
 # live bytes of a Rebuild sub-index one task rewrites: small enough that a thesis-large update
 # (7 touched sub-indices of ~300 MB) gives every core several parts, large enough that a part's
@@ -85,8 +86,8 @@ class PartitionedUpdate:
     """The plan of one update whose parts are written elsewhere (see the module docstring)."""
 
     config: object  # ArchiveConfig
-    schema: pa.Schema  # the archive's
-    fixes_schema: bool  # the first batch with columns: the commit stores the schema
+    schemas: SchemaHistory  # the archive's schema after this update, and its history
+    sets_schema: bool  # the first batch with columns, or one that adds columns: the commit stores the schema
     data_dir: str
     base_seq: int  # the committed update this one follows
     last_slot: int | None
@@ -94,12 +95,16 @@ class PartitionedUpdate:
     at: int
     parts: list[Part]
 
+    @property
+    def schema(self) -> pa.Schema:
+        return self.schemas.schema
+
     # -- executors ------------------------------------------------------------------------------
     def part_of(self, batch: pa.Table) -> np.ndarray:
         """Validates ``batch`` (RejectedBatch names every problem) and returns the part of each
         record (records already expired go to part 0, which drops and counts them)."""
         cfg = self.config
-        table, _ = conform_batch(batch, cfg, self.schema)
+        table = conform_to(batch, self.schema)
         check_rows(table, cfg, self.at)
         ts = table.column(cfg.ts_column).to_numpy()
         exp = table.column(cfg.exp_column).to_numpy()
@@ -138,8 +143,8 @@ class PartitionedUpdate:
         """Writes part ``k``'s new run from its records ``batch`` (those ``part_of`` sent it) and
         returns its result. The file is durable when this returns; on error it is removed."""
         t0 = time.perf_counter()
-        cfg, part, schema = self.config, self.parts[k], self.schema
-        table, _ = conform_batch(batch, cfg, schema)
+        cfg, part = self.config, self.parts[k]
+        table = conform_to(batch, self.schema)
         plan = plan_update(cfg, self.last_slot, self.slot, table)
         rows, slots = plan.rows_of(part.i)
         if rows.num_rows != plan.rows.num_rows:
@@ -150,7 +155,7 @@ class PartitionedUpdate:
         def descriptor(name: str) -> RunDescriptor:
             return RunDescriptor.from_bytes(part.descriptors[name], name, f"run {name}")
 
-        ctx = MaintenanceContext(cfg, schema, self.data_dir, open_files, descriptor, self.base_seq + 1, created)
+        ctx = MaintenanceContext(cfg, self.schemas, self.data_dir, open_files, descriptor, self.base_seq + 1, created)
         try:
             if cfg.mode == "rebuild":
                 ch = rewrite(ctx, part.i, part.slices, rows, part.delete_upto, (part.lo, part.hi))
@@ -177,19 +182,20 @@ def prepare(archive, input_schema: pa.Schema, at: int, part_bytes: int = PART_BY
         cfg = archive.reads.config(txn)
         state = read_state(txn)
         j = update_slot(cfg, state, at)
-        stored = read_schema(txn)
-        _, schema = conform_batch(input_table(input_schema.empty_table(), cfg, stored), cfg, stored)
-        plan = _empty_plan(cfg, state, j, schema)
+        stored = read_schema_history(txn)
+        _, schemas = conform_batch(input_table(input_schema.empty_table(), cfg, stored), cfg, stored,
+                                   state.update_seq + 1, at)
+        plan = _empty_plan(cfg, state, j, schemas.schema)
         deletes, _ = touched(plan, state)
         descriptor = descriptor_reader(archive, txn)
         if cfg.mode == "rebuild":
-            ctx = MaintenanceContext(cfg, schema, archive.data_dir, archive.open_files, descriptor, 0, [])
+            ctx = MaintenanceContext(cfg, schemas, archive.data_dir, archive.open_files, descriptor, 0, [])
             parts = []
             for i in sorted(deletes | set(plan.planned_insert)):
                 parts += _rebuild_parts(ctx, i, state.subindices[i], at if i in deletes else None, part_bytes)
         else:
             parts = [Part(i, None) for i in plan.planned_insert]
-    return PartitionedUpdate(cfg, schema, stored is None and input_schema.names != [],
+    return PartitionedUpdate(cfg, schemas, input_schema.names != [] and schemas is not stored,
                              archive.data_dir, state.update_seq, state.last_slot, j, at, parts)
 
 
@@ -247,7 +253,7 @@ def finish(archive, pu: PartitionedUpdate, results: list[PartResult], checkpoint
         descriptor = descriptor_reader(archive, txn)
         changes: dict[int, SubIndexChange] = {}
         if cfg.mode == "norebuild":
-            ctx = MaintenanceContext(cfg, pu.schema, archive.data_dir, archive.open_files, descriptor, 0, [])
+            ctx = MaintenanceContext(cfg, pu.schemas, archive.data_dir, archive.open_files, descriptor, 0, [])
             empty = pu.schema.empty_table()
             for i in sorted(deletes):
                 changes[i] = norebuild(ctx, i, state.subindices[i], empty, np.zeros(0, np.int64), pu.slot)
@@ -269,7 +275,7 @@ def finish(archive, pu: PartitionedUpdate, results: list[PartResult], checkpoint
                 ch.blocks_written += int(desc.blocks.size)
                 ch.bytes_written += desc.file_bytes
         record = finish_update(txn, state, plan, [changes[i] for i in sorted(changes)], late_rows,
-                               pu.schema if pu.fixes_schema else None, checkpoint, t0, io0)
+                               pu.schemas if pu.sets_schema else None, checkpoint, t0, io0)
     except BaseException:
         txn.abort()
         raise

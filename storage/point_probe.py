@@ -6,27 +6,34 @@ for each task) it costs a few hundred Python calls, several times the search its
 int64 key column, ``probe`` hands the runs of the snapshot to ``_point_probe.probe``
 (storage/native/point_probe.c), which chooses the same blocks as ``read_plan.plan``, checks the
 page sum of every page before using it as ``page_check`` does, keeps the rows valid at
-``as_of``, orders them by (exp, ts) and copies them into one Arrow record batch (through the
-Arrow C data interface). Python prepares each run's arrays once (``RunArrays``, cached with the
+``as_of``, orders them by (exp, ts) and copies them into one Arrow record batch (handed over
+through the Arrow PyCapsule interface). Python prepares each run's arrays once (``RunArrays``, cached with the
 run's metadata) and imports the batch.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-try:
-    from . import _point_probe
-except ImportError:  # not built (installed without a C compiler): point probes take the planned read
+# EBB_NATIVE=0 turns the native module off, as if it were not built (the test suite's fallback run)
+if os.environ.get("EBB_NATIVE", "1") == "0":
     _point_probe = None
+else:
+    try:
+        from . import _point_probe
+    except ImportError:  # not built (installed without a C compiler): point probes take the planned read
+        _point_probe = None
 from .errors import CorruptionError
 from .run_descriptor import RunDescriptor
 
 NATIVE = _point_probe is not None  # False: no ColumnLayout, so Snapshot.probe returns None
+NATIVE_STATE = "on" if NATIVE else ("off (EBB_NATIVE=0)" if os.environ.get("EBB_NATIVE") == "0"
+                                      else "off (the native module is not built)")
 
 _FIXED, _BOOL, _VARIABLE = 0, 1, 2
 
@@ -112,16 +119,29 @@ class ProbeRuns:
                                                              layout.ts, layout.exp, layout.returned))
 
 
+class _NativeBatch:
+    """A probe's result as the Arrow PyCapsule interface presents a record batch: ``schema``
+    (the archive schema) and the native code's ``arrow_array`` capsule of its columns."""
+
+    __slots__ = ("schema", "capsule")
+
+    def __init__(self, schema: pa.Schema, capsule: object):
+        self.schema, self.capsule = schema, capsule
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
+        return self.schema.__arrow_c_schema__(), self.capsule
+
+
 def probe(runs: ProbeRuns, key: int, as_of: int, schema: pa.Schema,
           what: str) -> tuple[pa.Table, list[tuple[int, int, int]]]:
     """The records of ``key`` valid at ``as_of`` in ``runs``, ordered by (exp, ts), as a table of
     ``schema`` (the archive schema); and (sub-index, blocks, bytes) of each run searched.
     CorruptionError naming ``what`` and the run if a block is damaged."""
     try:
-        address, visited = _point_probe.probe(runs.native, key, as_of)
+        capsule, visited = _point_probe.probe(runs.native, key, as_of)
     except _point_probe.BlockError as e:
         i, offset, msg = e.args
         run = runs.runs[i]
         raise CorruptionError(f"{what}, {run.where}, run {run.name}, block at byte {offset}: {msg}") from None
-    batch = pa.RecordBatch._import_from_c(address, schema)  # takes over the native allocation
+    batch = pa.record_batch(_NativeBatch(schema, capsule))  # takes over the native allocation
     return pa.Table.from_batches([batch]), [(runs.runs[i].subindex, b, z) for i, b, z in visited]

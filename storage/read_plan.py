@@ -15,6 +15,7 @@ import numpy as np
 
 from .manifest import ArchiveState, SubIndexState
 from .run_descriptor import BlockEntry, RunDescriptor
+from .schema import SchemaHistory
 
 SCAN_TASK_BYTES = 64 << 20  # a scan task reads at most this much (one Spark partition)
 
@@ -56,6 +57,9 @@ class ReadTask:
     # keyed tasks: per block, its page sums (uint32) to read it in place checking only the pages
     # used, or b"" to read it whole (every row asked for, or a run written without page sums)
     page_sums: tuple[bytes, ...] = ()
+    # the archive columns the run's blocks hold, if fewer than the read's schema (a run written
+    # before a load added columns): the reader adds the others as nulls
+    columns: int | None = None
 
     @property
     def where(self) -> str:
@@ -78,12 +82,13 @@ def where(subindex: int, draining: int) -> str:
 
 
 def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], request: ReadRequest, as_of: int,
-         subindices: list[int] | None = None,
+         schemas: SchemaHistory, subindices: list[int] | None = None,
          page_sums: Callable[[str], np.ndarray | None] | None = None) -> list[ReadTask]:
     """The tasks that answer ``request`` as of ``as_of``: over the current layout's sub-indices
     (0-based, all by default) and, unless sub-indices are named, the layouts being drained.
     ``descriptor`` and ``page_sums`` read a run's metadata; keyed requests use its page sums to
-    read blocks in place (without ``page_sums``, they read each block whole)."""
+    read blocks in place (without ``page_sums``, they read each block whole). ``schemas`` says
+    which columns each run holds; tasks return the newest schema's."""
     if isinstance(request, Probe):
         ranges = tuple((k, k) for k in sorted(set(request.keys)))
     elif isinstance(request, KeyRange):
@@ -98,6 +103,7 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
             if run.max_exp <= as_of:
                 continue
             desc = descriptor(run.name)
+            columns = None if desc.schema == schemas.current else schemas.columns(desc.schema)
             if ranges:
                 idx = desc.key_blocks(*ranges[0], run.first_live)
                 if len(ranges) > 1:
@@ -107,11 +113,12 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                     whole = [_inside(desc, b, ranges) for b, _ in live]  # every row asked for: read it whole
                     run_sums = None if all(whole) or page_sums is None else page_sums(run.name)
                     sums = tuple(b"" if w else desc.block_sums(b, run_sums) for (b, _), w in zip(live, whole))
-                    tasks.append(ReadTask(i, run.name, tuple(e for _, e in live), as_of, ranges, layout, sums))
+                    tasks.append(ReadTask(i, run.name, tuple(e for _, e in live), as_of, ranges, layout, sums, columns))
             else:
                 tail = desc.blocks[run.first_live:]
                 blocks = BlockEntry.all(tail[tail["max_exp"] > as_of])
-                tasks += [ReadTask(i, run.name, part, as_of, (), layout) for part in _split(blocks, SCAN_TASK_BYTES)]
+                tasks += [ReadTask(i, run.name, part, as_of, (), layout, (), columns)
+                          for part in _split(blocks, SCAN_TASK_BYTES)]
     return tasks
 
 

@@ -4,7 +4,8 @@ Opening a snapshot, planning and probing would each cost far more than the read 
 parsed the metadata and opened files every time, so a process keeps, per archive: the run files
 it has open or mapped (``files.OpenFiles``), parsed run descriptors and page sums within a byte
 budget (``metadata_cache``), the parsed configuration and state of the last version it saw, the
-schema, and the current version's point-probe run set. ``Snapshot`` reads everything through this
+schema and its history (parsed again only when a load has grown it), and the current version's
+point-probe run set. ``Snapshot`` reads everything through this
 interface; ``Archive`` owns one (``Archive.reads``), writers read the configuration through it,
 and ``follower.VersionFollower`` keeps a serving process's state on the newest version.
 
@@ -14,15 +15,33 @@ its point-probe run set) is handed to ``files.RELEASER``, off the caller's threa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import lmdb
 import pyarrow as pa
 
 from .block_format import physical_schema
 from .config import ArchiveConfig
 from .files import OpenFiles
-from .manifest import ArchiveState, parse_config, parse_state, read_config_bytes, read_schema, read_state_bytes
+from .manifest import (
+    ArchiveState, parse_config, parse_schema_history, parse_state, read_config_bytes, read_schema_bytes, read_state_bytes,
+)
 from .metadata_cache import MetadataCache
 from .point_probe import ColumnLayout, ProbeRuns
+from .schema import SchemaHistory
+
+
+@dataclass(frozen=True)
+class StoredSchema:
+    """A version's archive schema with its history, and how its blocks are read."""
+
+    history: SchemaHistory
+    physical: pa.Schema  # the newest schema and the hidden columns
+    point_layout: ColumnLayout | None  # how point probes read runs of the newest schema (int64 keys only)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.history.schema
 
 
 class ReadState:
@@ -36,9 +55,8 @@ class ReadState:
         self._state: tuple[bytes, ArchiveState] | None = None
         self._state_at: tuple | None = None  # (environment, transaction id) it was read in
         self._version: tuple | None = None  # (environment, transaction id, config, state)
-        self.schema: pa.Schema | None = None
-        self.physical_schema: pa.Schema | None = None  # ``schema`` and the hidden columns
-        self.point_layout: ColumnLayout | None = None  # how point probes read it (int64 keys only)
+        self._schema: tuple[tuple[bytes, bytes], StoredSchema] | None = None  # (as stored, parsed)
+        self._schema_at: tuple | None = None  # (environment, transaction id, its StoredSchema or None)
         self._point_runs: tuple[ArchiveState, ProbeRuns] | None = None  # of the current version
 
     def config(self, txn) -> ArchiveConfig:
@@ -81,16 +99,27 @@ class ReadState:
             self.open_files.retain(state.run_names(), (old,))  # older versions' runs reopen if read
         return self._state[1]
 
-    def load_schema(self, txn) -> pa.Schema | None:
-        """The schema (fixed once the first load wrote it), and how its columns are read."""
-        if self.schema is None:
-            schema = read_schema(txn)
-            if schema is not None:
-                cfg = self.config(txn)
-                self.physical_schema = physical_schema(schema)
-                self.point_layout = ColumnLayout.of(self.physical_schema, cfg.key_column, cfg.ts_column, cfg.exp_column)
-                self.schema = schema
-        return self.schema
+    def schema(self, env: lmdb.Environment, txn) -> StoredSchema | None:
+        """The schema of ``txn``'s version (None before the first load), parsed once per schema
+        (a load may add columns) and read once per version, as ``version`` does."""
+        seen = self._schema_at
+        if seen is not None and seen[0] is env and seen[1] == txn.id():
+            return seen[2]
+        raw = read_schema_bytes(txn)
+        kept = self._schema
+        if raw is None:
+            stored = None
+        elif kept is not None and kept[0] == raw:
+            stored = kept[1]
+        else:
+            history = parse_schema_history(raw)
+            physical = physical_schema(history.schema)
+            cfg = self.config(txn)
+            stored = StoredSchema(history, physical,
+                                  ColumnLayout.of(physical, cfg.key_column, cfg.ts_column, cfg.exp_column))
+            self._schema = (raw, stored)
+        self._schema_at = (env, txn.id(), stored)
+        return stored
 
     def point_runs(self, state: ArchiveState) -> ProbeRuns | None:
         """The point-probe run set kept for ``state``, if it is the current version's."""

@@ -8,6 +8,10 @@ every PAGE_BYTES page of every block, so that a probe can check just the pages i
 equal ``slot``, in ascending slot order; inside a section records are sorted by (key, exp), so
 a key's records are one contiguous stretch of each section.
 
+A descriptor also names the schema version its run was written under (``schema.SchemaHistory``;
+0, and absent from the stored head, for the first), so that a run written before a load added
+columns is decoded with the columns it has.
+
 Descriptors are written by whoever writes the run file (the update, or a Spark task) and adopted
 by the commit, which stores them sealed (``checksum.seal``) in the archive's metadata. Only probes
 use the page sums, which are most of a descriptor's bytes, so a descriptor is usually read without
@@ -65,6 +69,7 @@ class RunDescriptor:
     last_keys: list
     sums: np.ndarray | None = None  # uint32 page sums of every block, in order (None: see ``paged``)
     paged: bool | None = None  # written with page sums (None: whether ``sums`` is given); they may be unloaded
+    schema: int = 0  # the schema version its blocks were written under
     section_bounds: list[int] = field(init=False)  # first block of each section, then len(blocks)
     page_start: np.ndarray = field(init=False)  # index in ``sums`` of each block's first page, then the total
 
@@ -98,7 +103,8 @@ class RunDescriptor:
         """This descriptor without its page sums (for caching: only probes need them)."""
         if self.sums is None:
             return self
-        return RunDescriptor(self.name, self.subindex, self.blocks, self.first_keys, self.last_keys, None, self.paged)
+        return RunDescriptor(self.name, self.subindex, self.blocks, self.first_keys, self.last_keys, None, self.paged,
+                             self.schema)
 
     @property
     def nbytes(self) -> int:
@@ -140,6 +146,8 @@ class RunDescriptor:
                 "keys": "int" if int_keys else "str"}
         if self.sums is not None:
             meta["page"] = PAGE_BYTES
+        if self.schema:  # absent for the first schema: descriptors from before schema growth read as 0
+            meta["schema"] = self.schema
         head = json.dumps(meta).encode()
         if int_keys:
             keys = np.array(self.first_keys + self.last_keys, dtype="<i8").tobytes()
@@ -167,7 +175,8 @@ class RunDescriptor:
             first, last = keys[:n], keys[n:]
         else:
             first, last = json.loads(bytes(body[pos:end]))
-        return RunDescriptor(head["name"], head["subindex"], blocks.copy(), first, last, sums, "page" in head)
+        return RunDescriptor(head["name"], head["subindex"], blocks.copy(), first, last, sums, "page" in head,
+                             head.get("schema", 0))
 
     @staticmethod
     def sums_from_bytes(value: bytes, name: str, what: str) -> np.ndarray | None:
@@ -188,6 +197,8 @@ def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.nda
     blocks = np.frombuffer(body, BLOCK, n, pos)
     pos += n * BLOCK.itemsize
     end = len(body)
+    if type(head.get("schema", 0)) is not int or head.get("schema", 0) < 0:
+        raise CorruptionError(f"{what}: run {name} names schema version {head['schema']!r}")
     if "page" in head:
         if head["page"] != PAGE_BYTES:
             raise CorruptionError(f"{what}: run {name} has pages of {head['page']} bytes, this ebb reads {PAGE_BYTES}")

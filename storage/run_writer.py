@@ -21,10 +21,12 @@ from .run_descriptor import BLOCK, PAGE_BYTES, RunDescriptor
 
 
 class RunWriter:
-    """Appends sorted tables as blocks to a new run file; ``finish`` makes it durable."""
+    """Appends sorted tables (the physical schema of version ``schema_version`` of the archive
+    schema) as blocks to a new run file; ``finish`` makes it durable."""
 
-    def __init__(self, data_dir: str, name: str, subindex: int, key: str, ts: str, exp: str, block_bytes: int):
-        self.name, self.subindex = name, subindex
+    def __init__(self, data_dir: str, name: str, subindex: int, key: str, ts: str, exp: str, block_bytes: int,
+                 schema_version: int = 0):
+        self.name, self.subindex, self.schema_version = name, subindex, schema_version
         self.path = os.path.join(data_dir, name)
         self._cols = (key, ts, exp)
         self._block_bytes = block_bytes
@@ -54,17 +56,18 @@ class RunWriter:
             files.FS.sync_files([self.path])
         blocks = np.array(self._entries, dtype=BLOCK) if self._entries else np.zeros(0, BLOCK)
         sums = np.concatenate(self._sums) if self._sums else np.zeros(0, np.uint32)
-        return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last, sums)
+        return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last, sums, schema=self.schema_version)
 
     def close(self) -> None:
         self._file.close()
 
 
 def write_run(data_dir: str, name: str, subindex: int, parts: Iterable[tuple[pa.Table, np.ndarray | None]],
-              key: str, ts: str, exp: str, block_bytes: int) -> RunDescriptor:
-    """Writes ``parts`` (each a sorted table and its section slots) as one durable run file.
-    On failure the partial file is left for the caller (or recovery) to remove."""
-    w = RunWriter(data_dir, name, subindex, key, ts, exp, block_bytes)
+              key: str, ts: str, exp: str, block_bytes: int, schema_version: int = 0) -> RunDescriptor:
+    """Writes ``parts`` (each a sorted table and its section slots, all of schema version
+    ``schema_version``) as one durable run file. On failure the partial file is left for the
+    caller (or recovery) to remove."""
+    w = RunWriter(data_dir, name, subindex, key, ts, exp, block_bytes, schema_version)
     try:
         for table, slots in parts:
             w.add(table, slots)

@@ -23,6 +23,8 @@ from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
 from .read_plan import Probe, ReadRequest, ReadTask, plan, sources, where
 from .run_descriptor import RunDescriptor
+from .schema import SchemaHistory
+from .timemodel import MAX_TIME
 from .task_reader import execute, prefetch_heads
 
 
@@ -39,11 +41,16 @@ class Snapshot:
             self.state: ArchiveState
             self._reads = archive.reads
             self.config, self.state = self._reads.version(env, self.txn)
-            self.schema: pa.Schema | None = self._reads.load_schema(self.txn)
+            stored = self._reads.schema(env, self.txn)
         except BaseException:
             self.close()
             raise
-        self._physical = self._reads.physical_schema
+        # the newest schema: every read returns it (older runs' rows with nulls in the columns
+        # added since), as of any instant
+        self.schemas: SchemaHistory | None = None if stored is None else stored.history
+        self.schema: pa.Schema | None = None if stored is None else stored.schema
+        self._physical = None if stored is None else stored.physical
+        self._point_layout = None if stored is None else stored.point_layout
         self._runs: ProbeRuns | None = None  # this version's point-probe run set, once prepared
 
     # -- time -----------------------------------------------------------------------------------
@@ -72,6 +79,8 @@ class Snapshot:
         """``as_of`` and the kept version current then (None: this snapshot's own)."""
         if as_of is None:
             return self.time, None
+        if not -MAX_TIME <= as_of <= MAX_TIME:
+            raise ReadError(f"as_of {as_of} is outside ebb's time range (+-{MAX_TIME} chronons)")
         if as_of >= self.time:
             return int(as_of), None
         kept = kept_version_at(self.txn, as_of)
@@ -142,7 +151,7 @@ class Snapshot:
         t, state = self.version_at(as_of)
         if self.schema is None:
             return []
-        return plan(state, self.descriptor, request, t, subindices, self.page_sums)
+        return plan(state, self.descriptor, request, t, self.schemas, subindices, self.page_sums)
 
     def probe(self, key, as_of: int | None = None,
               subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]]:
@@ -164,9 +173,10 @@ class Snapshot:
                      subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]] | None:
         """``probe`` planned and read in one native call (``point_probe``); None where that path
         does not apply (a string-keyed or empty archive, a key that is not an int64, the native
-        module not built, more runs than it may hold open at once)."""
+        module not built, more runs than it may hold open at once, a run written before a load
+        added columns)."""
         t, state = self.version_at(as_of)
-        layout = self._reads.point_layout
+        layout = self._point_layout
         if layout is None or type(key) is not int or not -(1 << 63) <= key < (1 << 63):
             return None
         runs = self._point_runs(layout, subindices, state)
@@ -179,7 +189,7 @@ class Snapshot:
         it, reads the runs' descriptors and page sums if they fit the metadata cache's budget, and
         asks for each run file's first page, so that the file system has read where the file's
         blocks lie (``ArchiveReader.prepare_probes``)."""
-        layout, meta = self._reads.point_layout, self._reads.metadata
+        layout, meta = self._point_layout, self._reads.metadata
         if layout is None:
             return
         runs = [run for _, _, sub in sources(self.state, None) for run in sub.runs]
@@ -198,7 +208,9 @@ class Snapshot:
         and for this snapshot's, while their arrays fit within the metadata cache's budget. None
         if there are more than half the open files' limit: the native probe maps them all at
         once, where the planned read holds one run open at a time, and the limit keeps
-        descriptors below a process's."""
+        descriptors below a process's. None too if a run was written under an older schema
+        than the newest: the native code reads one layout of columns (such runs are rewritten or
+        expire within about S of the load that added columns)."""
         reads = self._reads
         whole = subindices is None and state is self.state
         if whole and self._runs is not None:
@@ -209,6 +221,10 @@ class Snapshot:
                 self._runs = kept
             return kept
         if sum(len(sub.runs) for _, _, sub in sources(state, subindices)) > reads.open_files.limit // 2:
+            return None
+        newest = self.schemas.current
+        if newest and any(self.descriptor(run.name).schema != newest for _, _, sub in sources(state, subindices)
+                          for run in sub.runs):
             return None
         meta, files = reads.metadata, reads.open_files
         runs, maps, arrays, live = [], [], [], []

@@ -19,12 +19,13 @@ import numpy as np
 import pyarrow as pa
 
 from .arrow_np import from_np, to_np
-from .block_format import decode_block
+from .block_format import decode_block, older_physical
 from .errors import CorruptionError
 from .files import OpenFiles
 from .page_check import decode_in_place, in_range, key_rows
 from .read_plan import ReadTask
 from .run_descriptor import BlockEntry
+from .schema import widen
 
 SPAN_BYTES = 8 << 20  # largest single read of adjacent blocks
 
@@ -61,8 +62,13 @@ def read_blocks(source, entries: Sequence[BlockEntry], schema: pa.Schema, what: 
 def execute(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, ts: str, exp: str,
             what: str) -> Iterator[pa.RecordBatch]:
     """The records of ``task`` valid at its ``as_of`` (and in its key ranges), as batches of the
-    archive schema; ``schema`` is the physical (stored) schema. CorruptionError naming ``what``
-    if a block is damaged."""
+    archive schema; ``schema`` is the physical (stored) schema of the newest archive schema. A
+    run written under an older one is decoded with its own columns and its rows get nulls in
+    the others. CorruptionError naming ``what`` if a block is damaged."""
+    wanted = None
+    if task.columns is not None:  # the run lacks columns added since it was written
+        wanted = pa.schema(list(schema)[:-1])
+        schema = older_physical(schema, task.columns)
     visible = list(range(len(schema) - 1))  # every column but the hidden insertion slot
     where = f"{what}, run {task.file}"
     if task.keyed:
@@ -74,7 +80,7 @@ def execute(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, ts: s
         if e.min_exp <= t or e.max_ts > t:  # some records of the block are not valid at t
             batch = _valid(batch, ts, exp, t, task.keyed)
         if batch.num_rows:
-            yield batch.select(visible)
+            yield batch.select(visible) if wanted is None else widen(batch.select(visible), wanted)
 
 
 def _valid(batch: pa.RecordBatch, ts: str, exp: str, t: int, few: bool) -> pa.RecordBatch:

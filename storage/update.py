@@ -20,9 +20,10 @@ from .drain import drain
 from .faults import SimulatedCrash, crash_point
 from .iostats import delta as io_delta, proc_io
 from .maintenance import MaintenanceContext, SubIndexChange, norebuild, rebuild
-from .manifest import read_schema, read_state
+from .manifest import read_schema_history, read_state
 from .update_plan import UpdatePlan, plan_update, touched
 from .run_descriptor import RunDescriptor
+from .schema import SchemaHistory
 from .update_record import UpdateRecord
 from .validate import check_rows, conform_batch, update_slot
 
@@ -41,17 +42,17 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
         cfg = archive.reads.config(txn)  # ``migrate`` may have changed the layout since the last update
         state = read_state(txn)
         j = update_slot(cfg, state, at)
-        stored = read_schema(txn)
-        fixes_schema = stored is None and table.num_columns > 0  # the first real batch fixes the schema
+        stored = read_schema_history(txn)
+        sets_schema = table.num_columns > 0  # a batch with no columns sets nothing, not even the first schema
         table = input_table(table, cfg, stored)
-        table, schema = conform_batch(table, cfg, stored)
+        table, schemas = conform_batch(table, cfg, stored, state.update_seq + 1, at)
         check_rows(table, cfg, at)
         crash_point("update.validated")
 
         plan = plan_update(cfg, state.last_slot, j, table)
         deletes, inserts = touched(plan, state)
 
-        ctx = MaintenanceContext(cfg, schema, archive.data_dir, archive.open_files, descriptor_reader(archive, txn),
+        ctx = MaintenanceContext(cfg, schemas, archive.data_dir, archive.open_files, descriptor_reader(archive, txn),
                                  state.update_seq + 1, created)
         changes = []
         todo = sorted(deletes | inserts)
@@ -70,8 +71,8 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
             files.FS.sync_dir(archive.data_dir)
         crash_point("update.runs_written")
 
-        record = finish_update(txn, state, plan, changes, late_rows, schema if fixes_schema else None, checkpoint,
-                               t0, io0)
+        record = finish_update(txn, state, plan, changes, late_rows,
+                               schemas if sets_schema and schemas is not stored else None, checkpoint, t0, io0)
     except SimulatedCrash:
         txn.abort()  # as a crash would lose it; files stay behind, as a crash leaves them
         raise
@@ -88,12 +89,12 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
     return record
 
 
-def input_table(table: pa.Table, cfg, stored: pa.Schema | None) -> pa.Table:
+def input_table(table: pa.Table, cfg, stored: SchemaHistory | None) -> pa.Table:
     """``table``, or for a table with no columns ("nothing to insert" from a producer that has
     seen no data yet, so knows no schema) an empty table of the stored or minimal schema."""
     if table.num_columns or table.num_rows:
         return table
-    table = (stored or pa.schema([(cfg.key_column, pa.int64()), (cfg.ts_column, pa.int64()),
+    table = (stored.schema if stored else pa.schema([(cfg.key_column, pa.int64()), (cfg.ts_column, pa.int64()),
                                   (cfg.exp_column, pa.int64())])).empty_table()
     if stored is None:
         table = table.cast(pa.schema([pa.field(f.name, f.type, nullable=False) for f in table.schema]))
@@ -105,11 +106,12 @@ def descriptor_reader(archive, txn) -> Callable[[str], RunDescriptor]:
     return lambda name: archive.metadata.descriptor(txn, name)
 
 
-def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], late_rows: int, schema_to_write,
-                  checkpoint: dict[str, bytes] | None, t0: float, io0: dict) -> dict:
+def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], late_rows: int,
+                  schemas: SchemaHistory | None, checkpoint: dict[str, bytes] | None, t0: float, io0: dict) -> dict:
     """Writes the new version (state, runs, update record, checkpoint, runs drained from
-    replaced layouts) into ``txn`` and commits it: the single commit point, shared by updates
-    whose runs this process or Spark tasks wrote.
+    replaced layouts, and ``schemas`` if this update set or grew the schema) into ``txn`` and
+    commits it: the single commit point, shared by updates whose runs this process or Spark
+    tasks wrote.
     ``plan`` gives the update's slot and planned sets; ``plan.rows`` is not used."""
     j, at = plan.slot, plan.time
     state.last_slot = j
@@ -135,6 +137,6 @@ def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], l
     for k, v in io_delta(io0, proc_io()).items():
         setattr(record, k, v)
     record.wall_seconds = round(time.perf_counter() - t0, 6)
-    stage(txn, state, changes, schema_to_write, checkpoint, record.to_dict(), drained.runs)
+    stage(txn, state, changes, schemas, checkpoint, record.to_dict(), drained.runs)
     commit(txn)
     return record.to_dict()

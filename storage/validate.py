@@ -13,13 +13,15 @@ from . import keys as keycodec
 from .config import ArchiveConfig
 from .errors import RejectedBatch, SchemaError
 from .manifest import ArchiveState
-from .schema import archive_schema, conform
+from .schema import SchemaHistory, archive_schema, conform, grown_schema
 from .timemodel import MAX_TIME
 
 
 def update_slot(config: ArchiveConfig, state: ArchiveState, at: int) -> int:
     """The slot j of an update at time ``at``, or RejectedBatch if ``at`` is not allowed."""
     tm = config.time
+    if not -MAX_TIME <= at <= MAX_TIME:  # (a typo such as --at 9223372036854775810 would expire every record)
+        raise RejectedBatch(f"update time {at} is outside ebb's time range (+-{MAX_TIME} chronons)")
     j = tm.update_slot(at)
     if j is None:
         raise RejectedBatch(
@@ -43,16 +45,26 @@ def _first_row(mask: np.ndarray, table: pa.Table, config: ArchiveConfig) -> str:
     return f"first at row {i}: " + ", ".join(f"{k}={v!r}" for k, v in row.items())
 
 
-def conform_batch(table: pa.Table, config: ArchiveConfig, schema: pa.Schema | None) -> tuple[pa.Table, pa.Schema]:
-    """The batch cast to the archive schema (derived from this batch on the first load)."""
+def conform_batch(table: pa.Table, config: ArchiveConfig, stored: SchemaHistory | None, seq: int,
+                  at: int) -> tuple[pa.Table, SchemaHistory]:
+    """The batch cast to the archive schema after update ``seq`` at ``at``, and that schema's
+    history: derived from this batch on the first load; with the batch's new columns appended
+    later (``schema.grown_schema``). SchemaError (a RejectedBatch) for a dropped or retyped
+    column or a type that cannot be stored."""
+    if stored is None:
+        history = SchemaHistory.first(archive_schema(table.schema, config.key_column, config.ts_column,
+                                                     config.exp_column), seq, at)
+    else:
+        history = stored.grown(grown_schema(stored.schema, table.schema), seq, at)
+    return conform_to(table, history.schema), history
+
+
+def conform_to(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The batch cast to ``schema`` exactly (no column added); SchemaError if it does not fit."""
     try:
-        if schema is None:
-            schema = archive_schema(table.schema, config.key_column, config.ts_column, config.exp_column)
-        return conform(table, schema), schema
-    except SchemaError as e:
-        raise RejectedBatch(str(e)) from None
+        return conform(table, schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise RejectedBatch(f"schema does not match the archive's: {e}") from None
+        raise SchemaError(f"schema does not match the archive's: {e}") from None
 
 
 def check_rows(table: pa.Table, config: ArchiveConfig, at: int) -> None:
@@ -74,7 +86,8 @@ def check_rows(table: pa.Table, config: ArchiveConfig, at: int) -> None:
     present = ~(
         table.column(ts).is_null().to_numpy(zero_copy_only=False) | table.column(exp).is_null().to_numpy(zero_copy_only=False)
     )
-    far = (np.abs(tsv) > MAX_TIME) | (np.abs(expv) > MAX_TIME)
+    # compared, not np.abs: the absolute value of -2^63 overflows back to -2^63
+    far = (tsv > MAX_TIME) | (tsv < -MAX_TIME) | (expv > MAX_TIME) | (expv < -MAX_TIME)
     checks = [
         (present & far, f"have {ts} or {exp} outside +-{MAX_TIME} chronons (ebb's time range)"),
         (present & ~far & (expv <= tsv), f"have {exp} <= {ts} (an empty validity interval)"),

@@ -2,7 +2,8 @@
 
 For every sub-index (of the current layout and of any layout being drained after a migration)
 and each of its live runs: the descriptor (sealed in the metadata) and its block entries; every
-live block's checksum and page sums, row count, exp range, largest ts, first and last key; records sorted by
+live block's checksum and page sums, row count, exp range, largest ts, first and last key, decoded
+with the columns of the schema version it was written under; records sorted by
 (key, exp) within each section; NoRebuild sections holding exactly their expiration slot; no
 record expired as of the last update (except in draining layouts, where records expire in
 place) or from the future; every record in the sub-index docs/spec.md section 3 assigns it
@@ -18,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .block_format import INS_SLOT, decode_block, physical_schema
+from .block_format import INS_SLOT, decode_block, older_physical, physical_schema
 from .checksum import page_sums
 from .config import ArchiveConfig
 from .errors import CorruptionError, EbbError
@@ -117,7 +118,7 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
     prev = None  # (slot, last key, last exp) of the previous block
     source = archive.open_files.source(run.name, sequential=True)
     index = {int(o): b for b, o in enumerate(desc.blocks["offset"])}
-    phys = physical_schema(snap.schema)
+    phys = older_physical(physical_schema(snap.schema), snap.schemas.columns(desc.schema))  # the run's own columns
     for e, data in read_block_bytes(source, blocks, name):
         batch = decode_block(data, phys, e.offset, e.rows, e.checksum, name)
         b = index[e.offset]

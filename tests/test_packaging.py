@@ -4,6 +4,7 @@ same answers through the planned read (storage/point_probe.py, ``NATIVE``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from ebb.query.reader import ArchiveReader
 from ebb.storage import point_probe
 from ebb.storage.archive import Archive
 
-from support import SCHEMA, Oracle, config, random_rows, rows_multiset
+from support import SCHEMA, Oracle, config, ebb, random_rows, rows_multiset
 
 ROOT = Path(__file__).resolve().parents[1]
 # directories of the source tree that are not packages of ebb
@@ -111,3 +112,18 @@ def test_without_the_native_module_probes_answer_as_the_native_path(tmp_path, mo
     assert native.keys() == fallback.keys()
     for k, answer in native.items():
         assert answer == fallback[k], k
+
+
+def test_stats_say_when_the_native_probe_is_off(tmp_path):
+    """``EBB_NATIVE=0`` turns the native module off as if it were not built, and ``ebb stats``
+    says that probes take the planned read (with it on, it says nothing of it)."""
+    path = tmp_path / "arc"
+    with Archive.create(str(path), config(G=2, E=2)) as arc:
+        arc.load(pa.Table.from_pylist(random_rows(np.random.default_rng(1), 20, 10, 16, 8, 10), SCHEMA), 16)
+    off = ebb("stats", path, env={"EBB_NATIVE": "0"})
+    assert off.returncode == 0, off.stderr
+    assert "native point probe off (EBB_NATIVE=0): probes take the planned read" in off.stdout
+    assert json.loads(ebb("stats", path, "--format", "json", env={"EBB_NATIVE": "0"}).stdout)["native_point_probe"] == "off (EBB_NATIVE=0)"
+    if point_probe.NATIVE:
+        on = ebb("stats", path)
+        assert on.returncode == 0 and "native point probe" not in on.stdout

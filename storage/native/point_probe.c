@@ -677,6 +677,36 @@ static void release_batch(struct ArrowArray *a) {
     a->release = NULL;
 }
 
+/* The PyCapsule ("arrow_array") a probe returns: it owns a copy of the batch's top-level struct,
+ * which pyarrow moves out on import (setting this one's release to NULL); a capsule dropped
+ * unimported releases the batch. The copy lives apart from the batch's memory, which the
+ * importer may free before the capsule goes. */
+static const char ARROW_ARRAY[] = "arrow_array";
+
+static void release_capsule(PyObject *capsule) {
+    struct ArrowArray *a = PyCapsule_GetPointer(capsule, ARROW_ARRAY);
+    if (a == NULL)
+        return;
+    if (a->release != NULL)
+        a->release(a);
+    free(a);
+}
+
+static PyObject *batch_capsule(struct ArrowArray *batch) {
+    struct ArrowArray *a = malloc(sizeof *a);
+    if (a == NULL) {
+        release_batch(batch);
+        return PyErr_NoMemory();
+    }
+    *a = *batch;
+    PyObject *capsule = PyCapsule_New(a, ARROW_ARRAY, release_capsule);
+    if (capsule == NULL) {
+        release_batch(a);
+        free(a);
+    }
+    return capsule;
+}
+
 static inline int bit(const uint8_t *bits, Py_ssize_t i) { return (bits[i >> 3] >> (i & 7)) & 1; }
 
 static inline uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
@@ -900,9 +930,9 @@ static PyObject *probe(PyObject *self, PyObject *args) {
         }
         Py_DECREF(v);
     }
-    result = Py_BuildValue("(NO)", PyLong_FromVoidPtr(out), visited);
-    if (result == NULL)
-        release_batch(out);
+    PyObject *handed = batch_capsule(out);  /* owns the batch from here */
+    if (handed != NULL)
+        result = Py_BuildValue("(NO)", handed, visited);
 done:
     Py_XDECREF(visited);
     free_probe(&P);
@@ -918,9 +948,9 @@ static PyMethodDef methods[] = {
     {"probe", probe, METH_VARARGS,
      "probe(run_set, key, as_of) -> (batch, visited)\n\n"
      "The records with this int64 key valid at as_of, ordered by (exp, ts), from the blocks of the\n"
-     "set's runs that may hold it; every page used is checked first. batch: the address of an Arrow\n"
-     "C data interface ArrowArray of the returned columns, for pyarrow.RecordBatch._import_from_c\n"
-     "(which takes it over). visited: (run index, blocks, bytes) of each run with blocks searched.\n"
+     "set's runs that may hold it; every page used is checked first. batch: a PyCapsule named\n"
+     "\"arrow_array\" (the Arrow PyCapsule interface) holding the returned columns, for an object's\n"
+     "__arrow_c_array__ to hand to pyarrow.record_batch. visited: (run index, blocks, bytes) of each run with blocks searched.\n"
      "BlockError((run index, block offset, message)) if a block is damaged."},
     {NULL, NULL, 0, NULL},
 };

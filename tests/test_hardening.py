@@ -1,0 +1,168 @@
+"""Inputs at the edges, refused in one line with nothing written (issue "hardening", points 3 to
+7): times outside ebb's range (ts = -2^63, ``--at`` past 2^63, ``as_of`` likewise), absurd
+counts (``plan --updates``, a slide of 2^62), impossible job fields (G = 0, an interval past the
+time range, a job file that is a directory or not UTF-8), bad server arguments (port, empty
+token, unknown URL scheme) and the RPCs a read-only Flight server does not serve."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import pytest
+
+from ebb.query.flight_server import ArchiveFlightServer, _flight_error
+from ebb.query.reader import ArchiveReader
+from ebb.storage.archive import Archive
+from ebb.storage.errors import ReadError, RejectedBatch, VersionReclaimed
+from ebb.storage.timemodel import MAX_TIME
+
+from support import SCHEMA, config, ebb, random_rows, rows_multiset
+
+JOB = """[job]
+time_unit = "s"
+[[source]]
+name = "clicks"
+path = "c"
+time_column = "t"
+key = "user"
+[query]
+kind = "window"
+source = "clicks"
+range = {range}
+slide = {slide}
+[archive]
+path = "a"
+interval = {interval}
+start = 0
+{extra}
+"""
+
+
+@pytest.fixture
+def archive(tmp_path):
+    """A small archive with one bulk load and one update, and its scan as of the last update."""
+    path = str(tmp_path / "arc")
+    rng = np.random.default_rng(7)
+    with Archive.create(path, config()) as arc:
+        arc.load(pa.Table.from_pylist(random_rows(rng, 40, 4, 16, 16, 9), SCHEMA), 16)
+        arc.load(pa.Table.from_pylist(random_rows(rng, 40, 17, 18, 16, 9), SCHEMA), 18)
+        before = rows_multiset(ArchiveReader(arc).scan_table())
+    return path, before
+
+
+@pytest.mark.parametrize("ts", [-(2**63), -(MAX_TIME + 1), MAX_TIME + 1])
+def test_times_outside_the_range_are_rejected_whole(archive, ts):
+    path, before = archive
+    rows = [{"key": 1, "ts": ts, "exp": 19, "payload": "x"}, {"key": 2, "ts": 19, "exp": 21, "payload": "y"}]
+    with Archive(path) as arc:
+        with pytest.raises(RejectedBatch, match="outside"):
+            arc.load(pa.Table.from_pylist(rows, SCHEMA), 20)
+        assert arc.state().update_seq == 2
+        assert rows_multiset(ArchiveReader(arc).scan_table()) == before
+
+
+def test_an_update_time_past_the_range_is_refused_and_changes_nothing(archive, tmp_path):
+    path, before = archive
+    batch = tmp_path / "b.parquet"
+    pq.write_table(pa.Table.from_pylist([{"key": 3, "ts": 18, "exp": 30, "payload": "z"}], SCHEMA), batch)
+    r = ebb("load", path, batch, "--at", 9223372036854775810)
+    assert r.returncode != 0 and "outside ebb's time range" in r.stderr and "\n" not in r.stderr.strip(), r.stderr
+    with Archive(path) as arc:
+        with pytest.raises(RejectedBatch, match="outside ebb's time range"):
+            arc.load(pa.Table.from_pylist([], SCHEMA), MAX_TIME + 1)
+        assert arc.state().update_seq == 2
+        reader = ArchiveReader(arc)
+        assert rows_multiset(reader.scan_table()) == before
+        with pytest.raises(ReadError, match="outside ebb's time range"):
+            reader.probe(1, as_of=2**63 + 5)
+        with pytest.raises(ReadError, match="outside ebb's time range"):
+            reader.scan_table(as_of=-(2**63))
+    r = ebb("probe", path, "1", "--as-of", 2**64)
+    assert r.returncode == 2 and "unexpected" not in r.stderr, r.stderr
+
+
+def test_plan_refuses_an_absurd_number_of_updates(archive):
+    path, _ = archive
+    t0 = time.monotonic()
+    r = ebb("plan", path, "--updates", 1_000_000_000_000)
+    assert r.returncode == 2 and "plan 1 to 100000 updates" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 30
+    r = ebb("plan", path, "--updates", 3, "--format", "json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)) == 3
+
+
+def test_a_huge_slide_is_analysed_at_once(tmp_path):
+    """window_lifetimes is closed-form: a slide of 2^62 - 1 chronons takes no time (it looped
+    over every instant of a slide); past the time range, the field is refused."""
+    job = tmp_path / "j.toml"
+    job.write_text(JOB.format(range=2**62 - 1, slide=2**62 - 1, interval=10, extra=""))
+    t0 = time.monotonic()
+    r = ebb("explain", job)
+    assert time.monotonic() - t0 < 30 and "unexpected" not in r.stderr, r.stderr
+    job.write_text(JOB.format(range=60, slide=2**62, interval=10, extra=""))
+    r = ebb("explain", job)
+    assert r.returncode == 2 and "query.slide" in r.stderr and "time range" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("G", 0, "archive.G: must be a positive number of sub-indices"),
+    ("E", 0, "archive.E: must be a positive number of sub-indices"),
+    ("n", 0, "archive.n: must be a positive number of sub-indices"),
+    ("interval", 2**63 - 1, "archive.interval: 9223372036854775807 is outside ebb's time range"),
+    ("start", -(2**63), "archive.start"),
+])
+def test_impossible_job_fields_are_refused_by_explain(tmp_path, field, value, message):
+    job = tmp_path / "j.toml"
+    text = JOB.format(range=60, slide=10, interval=10, extra="")
+    if field in ("interval", "start"):
+        text = text.replace(f"{field} = {10 if field == 'interval' else 0}\n", f"{field} = {value}\n")
+    else:
+        text += f"{field} = {value}\n"
+    job.write_text(text)
+    r = ebb("explain", job)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_a_job_file_that_is_a_directory_or_not_utf8_is_a_usage_error(tmp_path):
+    r = ebb("explain", tmp_path)
+    assert r.returncode == 2 and "is a directory" in r.stderr, r.stderr
+    bad = tmp_path / "j.toml"
+    bad.write_bytes(b"[job]\ntime_unit = \"\xff\xfe\"\n")
+    r = ebb("explain", bad)
+    assert r.returncode == 2 and "not UTF-8" in r.stderr, r.stderr
+
+
+def test_server_arguments_are_checked(archive):
+    path, _ = archive
+    r = ebb("serve", path, "--port", 99999)
+    assert r.returncode == 2 and "not a TCP port" in r.stderr, r.stderr
+    r = ebb("serve", path, "--token", "", "--port", 0)
+    assert r.returncode == 2 and "is empty" in r.stderr, r.stderr
+    r = ebb("probe", "--server", "garbage://", "1")
+    assert r.returncode == 2 and "the scheme must be one of" in r.stderr and "unexpected" not in r.stderr, r.stderr
+
+
+def test_a_read_only_server_refuses_writes_and_actions_in_one_line(archive):
+    path, _ = archive
+    with ArchiveFlightServer(path, port=0) as server:
+        client = flight.FlightClient(server.url)
+        assert list(client.list_actions()) == []
+        with pytest.raises(flight.FlightServerError) as e:
+            list(client.do_action(flight.Action("drop", b"")))
+        assert "read-only" in str(e.value) and "Traceback" not in str(e.value)
+        with pytest.raises(flight.FlightServerError) as e:
+            writer, _ = client.do_put(flight.FlightDescriptor.for_command(b"x"), SCHEMA)
+            writer.write_table(pa.Table.from_pylist([], SCHEMA))
+            writer.close()
+        assert "read-only" in str(e.value) and "Traceback" not in str(e.value)
+        client.close()
+
+
+def test_a_reclaimed_version_is_a_retry_naming_the_archive():
+    e = _flight_error(VersionReclaimed("archive arc: the version this read started on (update 3) was reclaimed"), "do_get")
+    assert isinstance(e, flight.FlightUnavailableError) and "ebb: retry: archive arc" in str(e)
