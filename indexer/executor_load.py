@@ -67,7 +67,7 @@ def _run_parts(spark, df, pu: PartitionedUpdate) -> list[PartResult]:
     input_schema = df.schema
 
     def route(batches):
-        with _reported():
+        with reported():
             for b in batches:
                 ids = pu.part_of(pa.Table.from_batches([b]))
                 yield b.append_column(PART_COLUMN, pa.array(keys[ids], pa.int64()))
@@ -76,7 +76,7 @@ def _run_parts(spark, df, pu: PartitionedUpdate) -> list[PartResult]:
         from pyspark import TaskContext
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        with _reported():
+        with reported():
             k = TaskContext.get().partitionId()
             tables = []
             for b in batches:
@@ -101,7 +101,7 @@ def _run_parts(spark, df, pu: PartitionedUpdate) -> list[PartResult]:
     return [PartResult(**row) for row in out.to_pylist()]
 
 
-class _reported:
+class reported:
     """Re-raises an ebb error inside a task as one line the driver can parse back (Spark wraps
     a task's exception in its own, with the Python traceback as text)."""
 

@@ -22,6 +22,10 @@
   partition writes a JSON file there with what it read (``ReadStats``: sub-indices, blocks,
   bytes, rows), for tests and tuning.
 
+Writes: ``df.write.format("ebb").option("at", T).mode("append").save(PATH)`` loads a DataFrame as
+the update at T, and ``df.writeStream.format("ebb")`` each micro-batch as the next update
+(``indexer.spark_writer``; docs/offline-analysis.md, "Writing from Spark").
+
 Planning runs on the driver, from the archive's metadata (or the copy published in a data
 directory). Executors need only the data directory (docs/cluster.md): a partition reads its
 planned blocks directly (``read_unpinned``); if its lease expired and the blocks were reclaimed,
@@ -38,8 +42,8 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
-    DataSource, DataSourceReader, EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
-    InputPartition, IsNotNull, LessThan, LessThanOrEqual,
+    DataSource, DataSourceReader, DataSourceStreamWriter, DataSourceWriter, EqualNullSafe, EqualTo, Filter,
+    GreaterThan, GreaterThanOrEqual, In, InputPartition, IsNotNull, LessThan, LessThanOrEqual,
 )
 from pyspark.sql.types import StructType
 
@@ -160,6 +164,29 @@ class EbbDataSource(DataSource):
         key_is_int = pa.types.is_integer(stored.field(cfg.key_column).type)
         return EbbReader(self.path, self.as_of, self.lease_seconds, self.metrics_dir, schema, cfg.key_column,
                          key_is_int)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("ebb").option("at", T).mode("append").save(PATH)``: the update at T
+        (``indexer.spark_writer``)."""
+        from ..indexer import spark_writer
+
+        _refuse_overwrite(overwrite)
+        at = spark_writer.options_at(self.options, streaming=False)
+        return spark_writer.EbbWriter(self.path, spark_writer.plan(self.path, schema, at))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("ebb").start(PATH)``: each micro-batch the next update."""
+        from ..indexer import spark_writer
+
+        _refuse_overwrite(overwrite)
+        spark_writer.options_at(self.options, streaming=True)
+        return spark_writer.EbbStreamWriter(self.path, spark_writer.plan(self.path, schema, None))
+
+
+def _refuse_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise ValueError("an ebb archive only appends updates: write with mode('append') (outputMode('append') "
+                         "when streaming); to start over, create a new archive with `ebb init`")
 
 
 class EbbReader(DataSourceReader):
