@@ -40,12 +40,12 @@ def load(spark, archive, df, at: int, checkpoint: dict[str, bytes] | None = None
     """Applies the update at ``at`` with the rows of ``df`` (which has ts and exp as bigint),
     written by Spark tasks; returns the update record with the tasks' and the commit's times.
     ``wait_s``: how long to wait for another writer (an update, or a migration) to finish."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from .spark import arrow_schema
 
     t0, io0 = time.perf_counter(), proc_io()
     with archive.writer_lock(wait_s), archive._metadata_errors():
         recover(archive.env, archive.data_dir)
-        pu = prepare(archive, to_arrow_schema(df.schema, timezone="UTC"), at, part_bytes)
+        pu = prepare(archive, arrow_schema(df.schema), at, part_bytes)
         t1 = time.perf_counter()
         results = _run_parts(spark, df, pu)
         t2 = time.perf_counter()
@@ -62,9 +62,12 @@ def _run_parts(spark, df, pu: PartitionedUpdate) -> list[PartResult]:
     from pyspark.sql.types import LongType, StructField, StructType
     from py4j.protocol import Py4JJavaError
 
+    from .spark import arrow_schema
+
     n = len(pu.parts)
     keys = np.asarray(_partition_keys(spark, n), np.int64)
     input_schema = df.schema
+    empty = arrow_schema(input_schema).empty_table()  # for a task given no records
 
     def route(batches):
         with reported():
@@ -74,7 +77,6 @@ def _run_parts(spark, df, pu: PartitionedUpdate) -> list[PartResult]:
 
     def write(batches):
         from pyspark import TaskContext
-        from pyspark.sql.pandas.types import to_arrow_schema
 
         with reported():
             k = TaskContext.get().partitionId()
@@ -83,7 +85,7 @@ def _run_parts(spark, df, pu: PartitionedUpdate) -> list[PartResult]:
                 if b.num_rows and not (b.column(PART_COLUMN).to_numpy() == keys[k]).all():
                     raise errors.ArchiveError(f"Spark partition {k} received records of another part")
                 tables.append(pa.Table.from_batches([b]).drop_columns([PART_COLUMN]))
-            table = pa.concat_tables(tables) if tables else to_arrow_schema(input_schema, timezone="UTC").empty_table()
+            table = pa.concat_tables(tables) if tables else empty
             r = pu.write_part(k, table)
             yield pa.RecordBatch.from_pylist([asdict(r)], schema=_RESULT_SCHEMA)
 

@@ -75,6 +75,9 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, app: 
     if local:
         # a local driver needs no network beyond loopback
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # local workers run this interpreter (PySpark's default is `python3` on PATH, which may be
+        # another environment's, without ebb: a venv's ebb run by its full path)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = SparkSession.builder.appName(app).master(master or "local[*]")
     defaults = {
         "spark.ui.enabled": "false",
@@ -111,3 +114,15 @@ def session(master: str | None = None, conf: dict[str, str] | None = None, app: 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).disabled = True
     return spark
+
+
+def arrow_schema(struct):  # -> pyarrow.Schema (imported lazily, as pyspark is)
+    """The Arrow schema of a Spark ``StructType``, timestamps in UTC, on every PySpark ebb allows:
+    4.1 takes ``timestamp_utc`` (UTC by default), later releases ``timezone`` (none by default)."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(struct, timezone="UTC")
+    return to_arrow_schema(struct, timestamp_utc=True)

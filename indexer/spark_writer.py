@@ -92,13 +92,13 @@ def options_at(options: dict, streaming: bool) -> int | None:
 def plan(path: str, schema: StructType, at: int | None) -> PartitionedUpdate:
     """The update at ``at`` (None: the next update time) of records with Spark schema ``schema``.
     Raises RejectedBatch if ``at`` is not after the last update or the schema does not match."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from .spark import arrow_schema
 
     with Archive(path) as archive, archive._metadata_errors():
         if at is None:
             state, tm = archive.state(), archive.config.time
             at = tm.time_of(0 if state.last_slot is None else state.last_slot + 1)
-        return prepare(archive, to_arrow_schema(schema, timezone="UTC"), at)
+        return prepare(archive, arrow_schema(schema), at)
 
 
 def write_task(pu: PartitionedUpdate, batches: Iterator[pa.RecordBatch], query: str | None = None,

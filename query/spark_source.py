@@ -277,12 +277,12 @@ class EbbReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, EbbPartition):
             return  # the placeholder partition Spark adds when the plan has none
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from ..indexer.spark import arrow_schema
 
         from ..storage.snapshot import read_unpinned
         from .reader import ReadStats
 
-        target = to_arrow_schema(self.schema, timezone="UTC")
+        target = arrow_schema(self.schema)
         names = self.schema.fieldNames()
         rows = 0
         lease = partition.lease
