@@ -17,7 +17,7 @@ from ..query.reader import ArchiveReader
 from ..storage.verify import verify
 from .jobspec import TIME_UNITS_US, load_job
 from .patterns import classify
-from .scheduler import Scheduler
+from .scheduler import Scheduler, archive_config
 from .synthetic import SensorFleet, land, with_timestamps
 
 JOB = """\
@@ -77,10 +77,20 @@ def run_demo(directory: str | None, ticks: int, sensors: int, master: str | None
             land(with_timestamps(ev, job.origin_us, unit), job.sources[name].path, f"{name}-{hi:08d}{tag}.parquet")
 
     c = classify(job)
+    # the words below are those of the README's "Concepts" section; each line says what it means here
     print(f"ebb demo in {root}")
-    print(f"  {sensors} temperature sensors (every 600 s) and {sensors} humidity sensors (every 900 s)")
-    print(f"  query: lifetime over both sources -> {c.pattern} non-monotonic ({c.reason})")
-    print(f"  S = {c.max_lifetime} s; auto layout: doubly partitioned round-robin 3x3, NoRebuild; Delta = {delta} s\n")
+    print(f"  {sensors} temperature sensors (every 600 s) and {sensors} humidity sensors (every 900 s); one chronon = 1 s")
+    print(f"  query: lifetime over both sources -> update pattern {c.pattern} non-monotonic: {c.reason}")
+    print(f"  S = {c.max_lifetime} s: no result stays valid longer; Delta = {delta} s: one update (tick) per minute "
+          f"of event time, so S/Delta = {c.max_lifetime // delta} slots")
+    cfg = archive_config(job, c)
+    print(f"  layout: {cfg.layout_obj.describe()}: {cfg.n} sub-indices, rows by the slot a result arrived in, "
+          "columns by the slot it expires in; an update inserts into one row and deletes from one column, so it "
+          f"touches at most G + E - 1 = {cfg.G + cfg.E - 1} of the {cfg.n}")
+    print("  NoRebuild: an update adds one new run to each sub-index it inserts into and deletes by dropping whole "
+          "expired sections, never rewriting a run")
+    print(f"  each tick line: results computed, +inserted -deleted (expired), and 'touched k/{cfg.n}': the sub-indices "
+          "the update wrote (the first tick, the bulk load, fills several rows; a NoRebuild deletion writes nothing)\n")
     for hi in range(tau - c.max_lifetime + delta, tau + 1, delta):  # history before the bulk load
         land_minute(hi - delta, hi)
     with Scheduler(job, master, say=lambda m: print("  " + m, flush=True), verbose=verbose) as s:
@@ -110,6 +120,7 @@ def run_demo(directory: str | None, ticks: int, sensors: int, master: str | None
     archive = job.archive.path
     print(f"\ndone in {time.perf_counter() - t_start:.0f} s. Next:")
     print(f"  ebb stats {archive}")
+    print(f"  ebb stats {archive} --plot archive.png   # the grid, what expires when, the next updates (pip install 'ebb[plot]')")
     print(f"  ebb probe {archive} 42")
     print(f"  ebb explain {job_path}")
     print(f"  ebb run {job_path} --ticks 3     # three more ticks; no new files landed, so they skip Spark")

@@ -30,20 +30,22 @@ import json
 import os
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
 import pyarrow as pa
 
+from ..query.progress import plural
 from ..storage.archive import Archive, ArchiveBusy
 from ..storage.errors import RejectedBatch
 from ..storage.files import DATA_DIR, INDEX_DIR, LOCK, MARKER
-from ..storage.config import ArchiveConfig, build_config
+from ..storage.config import ArchiveConfig, build_config, format_origin
 from . import events
 from .jobspec import TIME_UNITS_US, Job, JobError
 from .landing import LandedFile, forget, new_files
 from .patterns import Classification, classify
+from .stopping import StopOnSignals
 from .tick import TickInput, compute, frame, has_input
 
 CHECKPOINT = "scheduler"
@@ -123,7 +125,8 @@ def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
     advised = auto_layout(job) if a.layout == "auto" else None
     if advised is not None:
         return build_config(**advised.settings(), interval=a.interval, max_lifetime=s, start=a.start,
-                            key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit, **kept)
+                            key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit,
+                            origin=_origin(job), **kept)
     layout = cls.layout if a.layout == "auto" else a.layout
     p = -(-s // a.interval)
     doubly = layout == "doubly"
@@ -131,8 +134,14 @@ def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
         layout=layout, mode=a.mode, interval=a.interval, max_lifetime=s, start=a.start,
         partitioning=a.partitioning, split=a.split, G=(a.G or min(2, p)) if doubly else None,
         E=(a.E or min(2, p)) if doubly else None, n=None if doubly else (a.n or min(4, p)),
-        key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit, **kept,
+        key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit, origin=_origin(job), **kept,
     )
+
+
+def _origin(job: Job) -> str | None:
+    """The job's origin for the archive's configuration, where readers find it to show timestamps
+    (none for chronon time, which has no instant)."""
+    return None if job.time_unit == "chronon" else format_origin(job.origin_us)
 
 
 @contextmanager
@@ -216,16 +225,25 @@ def _remove_made(path: str, made: list[str], lock_file: str | None) -> None:
 class Scheduler:
     """Runs a job's ticks against its archive. Use ``with Scheduler(job) as s: s.run(...)``."""
 
+    # set by a caller that reports ticks itself (``ebb run``): called with each committed tick's
+    # record (its update record plus ``tick``, ``late``, ``files_read``...) and the ticks due in this pass
+    on_tick: Callable[[dict, int], None] | None = None
+    # where each tick's one-line report goes (default: ``say``); ``ebb run`` drops it in a catch-up,
+    # whose summary line replaces a thousand of them
+    tick_say: Callable[[str], None] | None = None
+
     def __init__(self, job: Job, master: str | None = None, conf: dict[str, str] | None = None,
                  say: Callable[[str], None] = print, verbose: bool = False, load_on: str | None = None,
                  part_bytes: int | None = None, clock: Callable[[], int] = time.time_ns,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, stop: StopOnSignals | None = None):
         """``load_on``: "driver" (results collected here, loaded by this process) or "executors"
         (each tick's run files written by Spark tasks; see indexer/executor_load.py). Default:
         executors when ``master`` is a cluster, the driver in local mode. ``part_bytes``: the live
         bytes of a Rebuild sub-index one executor task rewrites (storage's PART_BYTES by default).
         ``clock`` (nanoseconds since the epoch) and ``sleep`` (seconds) are the wall clock and how
-        to wait for it; tests pass their own to drive time."""
+        to wait for it; tests pass their own to drive time. ``stop``: the stop signals of the
+        process (``ebb run``); a tick's commit then defers them, and ``stop_message`` says what a
+        stop left."""
         self.job = job
         self.load_on = load_on or ("executors" if master and not master.startswith("local") else "driver")
         if self.load_on not in ("driver", "executors"):
@@ -234,6 +252,8 @@ class Scheduler:
         self.cls = classify(job)
         self.master, self.conf, self.say, self.verbose = master, conf or {}, say, verbose
         self.clock, self.sleep = clock, sleep
+        self.stop = stop
+        self._running: int | None = None  # the tick under way, or the last one run until the next wait
         self._spark = None
         self._computed = False  # whether a tick has run a Spark query yet
         self._lock = None
@@ -286,6 +306,8 @@ class Scheduler:
             t0 = time.perf_counter()
             self.say(f"starting Spark ({self.master or 'local[*]'}; 10-30 s)...")
             self._spark = session(self.master, self.conf, verbose=self.verbose)
+            if self.stop is not None:
+                self.stop.install()  # pyspark's SparkContext took SIGINT over
             self.say(f"spark {self._spark.version} ready ({self._spark.sparkContext.master}) in {time.perf_counter() - t0:.1f} s")
         return self._spark
 
@@ -350,12 +372,34 @@ class Scheduler:
                 if ticks is None and due > limit:
                     self._refuse(due, limit, nxt, last)
             while nxt <= last:
-                self.run_tick(nxt)
+                rec = self.run_tick(nxt)
+                if self.on_tick is not None:
+                    self.on_tick(rec, due)
+                if self.stop is not None:
+                    self.stop.check()  # a signal that came during the commit: stop after it
                 done += 1
                 nxt += 1
             if not follow:
                 return done
+            self._running = None
             self.sleep(max(0.2, min((self.due_ns(nxt) - self.clock()) / 1e9, 60)))
+
+    def stop_message(self, signame: str) -> str:
+        """The one line that says what a stop by ``signame`` left: the tick under way finished
+        (its commit had begun) or was abandoned (nothing of it committed), and where the next
+        start resumes. Read from the committed progress, so it is true wherever the signal fell."""
+        prog = self.progress()
+        nxt = 0 if prog.last_slot is None else prog.last_slot + 1
+        resume = f"; the next start resumes at tick {nxt} {self.when(self.config.time.time_of(nxt))}"
+        j = self._running
+        if j is None:
+            after = "before the first tick" if prog.last_slot is None else \
+                f"between ticks, after tick {prog.last_slot} {self.when(self.config.time.time_of(prog.last_slot))}"
+            return f"ebb: stopped by {signame} {after}{resume}"
+        at = f"tick {j} {self.when(self.config.time.time_of(j))}"
+        if prog.last_slot == j:
+            return f"ebb: stopped by {signame} after {at}, whose commit was under way and finished{resume}"
+        return f"ebb: stopped by {signame} during {at}: abandoned before its commit (nothing of it committed){resume}"
 
     def _after_grace(self) -> str:
         g = self.grace
@@ -384,6 +428,7 @@ class Scheduler:
         if j != expected:
             raise JobError(f"tick {j} is not the next one ({expected})")
         T = tm.time_of(j)
+        self._running = j
         lo = T - tm.max_lifetime if j == 0 or prog.last_slot is None else tm.time_of(prog.last_slot)
         threshold = None if prog.last_slot is None else tm.time_of(prog.last_slot)
         t0 = time.perf_counter()
@@ -410,21 +455,26 @@ class Scheduler:
             margin = tm.max_lifetime + self.cls.lookback + tm.delta + self.grace
             prog.forget(T - self.cls.lookback + 1, margin * TIME_UNITS_US[self.job.time_unit] * 1000)
         checkpoint = {CHECKPOINT: prog.to_bytes()}
-        if df is not None:  # the results stay on the executors, which write the runs
-            from .executor_load import load
+        # a stop signal from here on waits for the commit: the results are computed, and a stop
+        # inside the storage engine's write would only leave files for recovery to remove
+        with self.stop.deferred() if self.stop is not None else nullcontext():
+            if df is not None:  # the results stay on the executors, which write the runs
+                from .executor_load import load
 
-            rec = load(self.spark, self.archive, df, T, checkpoint, late, wait_s=WRITER_WAIT_S,
-                       **({"part_bytes": self.part_bytes} if self.part_bytes else {}))
-            info.rows = rec["input_rows"]
-        else:
-            rec = self.archive.load(table, T, checkpoint=checkpoint, late_rows=late, wait_s=WRITER_WAIT_S)
+                rec = load(self.spark, self.archive, df, T, checkpoint, late, wait_s=WRITER_WAIT_S,
+                           **({"part_bytes": self.part_bytes} if self.part_bytes else {}))
+                info.rows = rec["input_rows"]
+            else:
+                rec = self.archive.load(table, T, checkpoint=checkpoint, late_rows=late, wait_s=WRITER_WAIT_S)
         t2 = time.perf_counter()
-        rec.update(spark_seconds=round(t1 - t0, 3), load_seconds=round(t2 - t1, 3), files_read=info.files, new_files=new_count)
+        rec.update(spark_seconds=round(t1 - t0, 3), load_seconds=round(t2 - t1, 3), files_read=info.files, new_files=new_count,
+                   tick=j, late=late)
         source = ("no landed file in its input range, Spark skipped" if info.skipped else
-                  f"{info.rows} results from {info.files} files ({new_count} new, {late} late events dropped); " +
+                  f"{plural(info.rows, 'result')} from {plural(info.files, 'file')} ({new_count} new, "
+                  f"{plural(late, 'late event')} dropped); " +
                   (f"computed and written by {rec['parts']} Spark tasks in {rec['tasks_seconds']:.2f} s, commit "
                    f"{rec['commit_seconds']:.2f} s" if df is not None else f"spark {t1 - t0:.2f} s"))
-        self.say(f"tick {j} T={T}: {source}, load {t2 - t1:.2f} s; +{rec['inserted']} -{rec['deleted']} "
+        (self.tick_say or self.say)(f"tick {j} T={T}: {source}, load {t2 - t1:.2f} s; +{rec['inserted']} -{rec['deleted']} "
                  f"(dropped {rec['dropped_expired']} expired); touched {len(rec['subindices_touched'])}/{self.archive.config.n} "
                  f"sub-indices, wrote {rec['bytes_written']} B, read {rec['bytes_read']} B")
         return rec

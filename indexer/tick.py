@@ -13,6 +13,7 @@ event), so ``has_input`` lets the scheduler skip Spark for it. ``result_frame`` 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -64,6 +65,16 @@ def has_input(job: Job, cls: Classification, manifests: dict[str, dict[str, Land
 _KEY_TYPES = ("bigint", "int", "smallint", "tinyint", "string")
 
 
+# ebb's own columns (the event time ``__t`` and the like): Spark lists them among the columns it
+# suggests, but a job cannot name them
+_INTERNAL_COLUMN = re.compile(r"`?\b__[A-Za-z]\w*`?(, )?")
+
+
+def public_message(msg: str) -> str:
+    """A Spark error message without ebb's internal column names (a job cannot use them)."""
+    return _INTERNAL_COLUMN.sub("", msg).replace(", ]", "]")
+
+
 def result_frame(job: Job, inputs: dict, lo: int | None, hi: int | None):
     """The query's result DataFrame over ``inputs`` (None if no source has data), analysed:
     JobError if Spark rejects an expression, or the output lacks the key or has its own ts/exp."""
@@ -76,7 +87,7 @@ def result_frame(job: Job, inputs: dict, lo: int | None, hi: int | None):
         columns = df.columns  # analyses the plan
     except (AnalysisException, ParseException) as e:
         first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
-        raise JobError(f"query: Spark cannot run it: {first}") from None
+        raise JobError(f"query: Spark cannot run it: {public_message(first)}") from None
     for reserved in ("ts", "exp"):
         if columns.count(reserved) > 1:
             raise JobError(f"query.select: the output may not have its own {reserved!r} column")

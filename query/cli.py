@@ -20,6 +20,10 @@ import sys
 
 from ..storage.errors import EXIT_ERROR, EXIT_VERIFY, EbbError, RejectedBatch, UsageError
 from .output import add_output_options
+from .serve_cmd import add_client_options
+
+# long-running commands, which log (query/logs.py) and take --log-format and --log-level after COMMAND too
+SERVICE_COMMANDS: tuple[str, ...] = ("serve", "run")
 
 # Subcommands that belong to other layers. Each module defines ``register(subparsers)``, which adds
 # its parsers with ``set_defaults(handler=run)``; ``run(args) -> int`` does the work. They must not
@@ -53,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
+    _log_options(p, None)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -95,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--block-bytes", type=int, metavar="BYTES",
                    help="target size of a data block, the unit of reads and checksums (default: 524288)")
     c.add_argument("--time-unit", help="what one chronon is (e.g. s, ms); recorded for readers")
+    c.add_argument("--origin", metavar="ISO",
+                   help="the instant of chronon 0 (e.g. 2026-01-01T00:00:00Z); with a --time-unit of us, ms, s, min "
+                        "or h, probes, scans and stats show times as timestamps and --as-of takes one")
     c.add_argument("--retain", type=int, default=0, metavar="CHRONONS",
                    help="history kept for reads --as-of an earlier instant: every version current at some "
                         "instant of the last CHRONONS stays readable (default 0: only the current version)")
@@ -122,13 +130,15 @@ def _parser() -> argparse.ArgumentParser:
             c.add_argument("path", nargs="?", help="archive directory, or the data directory of one made with --data-dir, read through the metadata published there; omit with --server")
             c.add_argument("key", help="search key (parsed as the archive's key type)")
             c.add_argument("--to", metavar="KEY2", help="probe the inclusive range KEY..KEY2 instead of one key")
-            c.add_argument("--server", metavar="URL", help="ask an `ebb serve` process (grpc://HOST:PORT or HOST:PORT, e.g. 127.0.0.1:8815) instead of opening PATH")
-            c.add_argument("--token", default=os.environ.get("EBB_FLIGHT_TOKEN"),
-                           help="with --server: the server's token (default: $EBB_FLIGHT_TOKEN)")
+            c.add_argument("--server", metavar="URL", help="ask an `ebb serve` process (grpc://HOST:PORT, grpc+tls://HOST:PORT or HOST:PORT, e.g. 127.0.0.1:8815) instead of opening PATH")
+            add_client_options(c)  # --token, --tls-ca, --tls-cert, --tls-key
         else:
             c.add_argument("path", help="archive directory, or the data directory of one made with --data-dir, read through the metadata published there")
-        c.add_argument("--as-of", type=int, metavar="T", help="time of validity (default: last update time)")
+        c.add_argument("--as-of", metavar="T", help="time of validity, in chronons or, if the archive knows its time "
+                       "unit and origin, an ISO 8601 timestamp (default: last update time)")
         add_output_options(c)
+        c.add_argument("--raw-time", action="store_true",
+                       help="show times as chronons, not timestamps (table: in place; CSV, JSON lines: no <column>_time)")
 
     c = cmd("stats", "sizes, slots and the I/O of every update",
             "Show the archive's configuration, each sub-index's size (records, bytes, blocks, runs) and the "
@@ -138,6 +148,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("path", help="archive directory, or the data directory of one made with --data-dir, read through the metadata published there")
     c.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
     c.add_argument("--updates", type=int, default=10, metavar="N", help="table format: show the last N updates (default 10)")
+    c.add_argument("--next", type=int, default=4, metavar="N",
+                   help="the next N updates' cells, as `ebb plan --updates N` lists them (default 4)")
+    c.add_argument("--plot", metavar="FILE.png",
+                   help="also draw the archive: the sub-index grid with records and bytes, the bytes that expire at each "
+                        "coming update, and the cells the next updates touch (needs matplotlib: pip install 'ebb[plot]')")
+    c.add_argument("--raw-time", action="store_true", help="show times as chronons only, not timestamps")
 
     c = cmd("plan", "which sub-indices the next updates will touch",
             "List, for each of the next N updates, the sub-indices (numbered I1..In as in docs/spec.md, 'Where each record lives') "
@@ -145,12 +161,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("path", help="archive directory")
     c.add_argument("--updates", type=int, default=4, metavar="N", help="how many updates to plan (default 4)")
     c.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
+    c.add_argument("--raw-time", action="store_true", help="show times as chronons only, not timestamps")
 
     c = cmd("verify", "check every invariant and checksum",
             "Check the committed state: block and metadata checksums, block directories, sort order, that no expired "
             "record is stored, that every record is in the sub-index docs/spec.md assigns it, and the "
             "manifest's sizes. Exits 5 if anything is wrong.")
     c.add_argument("path", help="archive directory")
+    c.add_argument("--format", choices=["table", "json"], default="table",
+                   help="json: one document {ok, problems, notes, runs_checked} (default: table)")
 
     c = cmd("migrate", "change the layout while the archive is in use",
             "Switch the archive to another layout between two updates, while `ebb run` or `ebb load` keep "
@@ -181,11 +200,29 @@ def _parser() -> argparse.ArgumentParser:
         importlib.import_module(module).register(sub)
     for c in sub.choices.values():  # `ebb stats X --debug` works as well as `ebb --debug stats X`
         c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="print the traceback of an error")
+    for name in SERVICE_COMMANDS:  # as --debug: before or after COMMAND
+        _log_options(sub.choices[name], argparse.SUPPRESS)
     return p
 
 
-def _fail(msg: str, code: int) -> int:
-    print(f"ebb: error: {msg}", file=sys.stderr)
+def _log_options(p: argparse.ArgumentParser, default) -> None:
+    """--log-format and --log-level (query/logs.py): on ``ebb`` itself, for any command, and on
+    the service commands; either configures the ``ebb`` loggers wherever it is given."""
+    p.add_argument("--log-format", choices=("text", "json"), default=default,
+                   help="log records as text for a person (default) or one JSON object per line (docs/operations.md, Logs)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=default,
+                   help="the least severe log records shown (default info)")
+
+
+def _fail(msg: str, code: int, json_log: bool = False) -> int:
+    if json_log:  # --log-format json: the error is one more record of the log
+        import logging
+
+        from .logs import event
+
+        event(logging.getLogger("ebb"), "error", f"ebb: error: {msg}", logging.ERROR, exit_code=code)
+    else:
+        print(f"ebb: error: {msg}", file=sys.stderr)
     return code
 
 
@@ -206,12 +243,17 @@ def exit_code(e: BaseException) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = getattr(args, "handler", None) or globals()[f"_cmd_{args.command}"]
+    if args.log_format is not None or args.log_level is not None:
+        from .logs import configure
+
+        configure(args.log_format, args.log_level)
+    json_log = args.log_format == "json"
     try:
         return int(handler(args) or 0)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+        return _fail("interrupted", 130, json_log)
     except Exception as e:
         if args.debug:
             import traceback
@@ -221,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the message
         if not known:
             msg = f"unexpected {type(e).__name__}: {msg}" + ("" if args.debug else " (--debug shows the traceback)")
-        return _fail(msg, exit_code(e))
+        return _fail(msg, exit_code(e), json_log)
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -233,7 +275,7 @@ def _cmd_init(a) -> int:
         layout=a.layout, mode=a.mode, interval=a.interval, max_lifetime=a.max_lifetime, start=a.start,
         partitioning=a.partitioning, G=a.G, E=a.E, split=a.split, n=a.n, key_column=a.key_column,
         ts_column=a.ts_column, exp_column=a.exp_column, accept_overlong=a.accept_overlong,
-        block_bytes=a.block_bytes, seed=a.seed, time_unit=a.time_unit, retain=a.retain,
+        block_bytes=a.block_bytes, seed=a.seed, time_unit=a.time_unit, retain=a.retain, origin=a.origin,
         **({} if a.update_log is None else {"update_log": a.update_log}),
     )
     with Archive.create(a.path, cfg, data_dir=a.data_dir) as arc:
@@ -246,22 +288,28 @@ def _cmd_init(a) -> int:
 def _cmd_load(a) -> int:
     from ..storage.archive import Archive
 
+    from .progress import message_bar
+    from .timefmt import Clock
+
     if not os.path.exists(a.input):
         raise RejectedBatch(f"input file {a.input} does not exist")
-    with Archive(a.path) as arc:
-        progress = None if a.quiet else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    bar, progress = message_bar("load", a.quiet)
+    with Archive(a.path) as arc, bar:
         rec = arc.load_parquet(a.input, a.at, progress)
+        clock = Clock.of(arc.config)
     if a.quiet:
         return 0
     if a.format == "json":
         print(json.dumps(rec, indent=2))
     else:
-        print(_update_line(rec))
+        print(_update_line(rec, clock))
     return 0
 
 
-def _update_line(r: dict) -> str:
-    return (f"update {r['seq']} at T={r['time']} (slot {r['slot']}, {r['kind']}): +{r['inserted']} -{r['deleted']} "
+def _update_line(r: dict, clock=None) -> str:
+    from .timefmt import time_label
+
+    return (f"update {r['seq']} at {time_label(clock, r['time'])} (slot {r['slot']}, {r['kind']}): +{r['inserted']} -{r['deleted']} "
             f"dropped {r['dropped_expired']} expired; touched {_ids(r['subindices_touched'])}; "
             f"read {r['blocks_read']} blocks/{_size(r['bytes_read'])}, wrote {r['blocks_written']} blocks/{_size(r['bytes_written'])} "
             f"(OS: read {_size(r['os_read_bytes'])}, wrote {_size(r['os_write_bytes'])}); {r['wall_seconds'] * 1000:.1f} ms")
@@ -272,60 +320,86 @@ def _ids(xs) -> str:
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    from .progress import human_size
+
+    return human_size(n)
 
 
 def _cmd_probe(a) -> int:
     from ..storage import keys as keycodec
-    from .output import write
+    from .output import check_output, write
+    from .progress import plural
     from .reader import ArchiveReader
+    from .timefmt import Clock, parse_as_of
 
+    check_output(a.format, a.out)
     if a.server is not None:
         if a.path is not None:
             raise UsageError("give either PATH or --server URL, not both")
         from .serve_cmd import run_remote_probe
 
+        a.as_of = parse_as_of(a.as_of, None)  # the server's time model is not known here: chronons only
         return run_remote_probe(a)
     if a.path is None:
         raise UsageError("probe needs PATH KEY (or --server URL KEY)")
     with ArchiveReader(a.path, readonly=True) as r:
+        cfg = r.archive.config
+        as_of = parse_as_of(a.as_of, Clock.of(cfg))
         schema = r.result_schema()
         if not len(schema):
             print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
             return 0
-        kt = schema.field(r.archive.config.key_column).type
+        kt = schema.field(cfg.key_column).type
         lo = keycodec.parse(a.key, kt)
-        t = r.probe_range(lo, keycodec.parse(a.to, kt), a.as_of) if a.to is not None else r.probe(lo, a.as_of)
-        n = write(t.to_batches(), schema, a.format, a.out)
+        t = r.probe_range(lo, keycodec.parse(a.to, kt), as_of) if a.to is not None else r.probe(lo, as_of)
+        n = write(t.to_batches(), schema, a.format, a.out, Clock.of(cfg, a.raw_time), [cfg.ts_column, cfg.exp_column])
     if a.out or a.format == "table":
-        print(f"{n} records", file=sys.stderr)
+        print(plural(n, "record"), file=sys.stderr)
     return 0
 
 
 def _cmd_scan(a) -> int:
-    from .output import write
+    from .output import check_output, write
+    from .progress import Bar, plural
     from .reader import ArchiveReader
+    from .timefmt import Clock, parse_as_of
 
-    with ArchiveReader(a.path, readonly=True) as r:
+    check_output(a.format, a.out)  # before reading anything: a usage error (exit 2)
+    with ArchiveReader(a.path, readonly=True) as r, Bar("scan", unit="rec", enabled=bool(a.out)) as bar:
+        cfg = r.archive.config
+        as_of = parse_as_of(a.as_of, Clock.of(cfg))
         schema = r.result_schema()
         if not len(schema):
             print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
             return 0
-        n = write(r.scan_batches(a.as_of), schema, a.format, a.out)  # ebb's errors keep their exit codes
+        batches = r.scan_batches(as_of)  # ebb's errors keep their exit codes
+        n = write(_counted(batches, bar) if bar.shown else batches, schema, a.format, a.out,
+                  Clock.of(cfg, a.raw_time), [cfg.ts_column, cfg.exp_column])
     if a.out or a.format == "table":
-        print(f"{n} records", file=sys.stderr)
+        print(plural(n, "record"), file=sys.stderr)
     return 0
+
+
+def _counted(batches, bar):
+    """``batches``, moving ``bar`` by each one's rows as it is written."""
+    for b in batches:
+        yield b
+        bar.update(b.num_rows)
 
 
 def _cmd_stats(a) -> int:
     from ..storage.archive import open_readonly
+    from .progress import plural
+    from .timefmt import Clock, time_label
 
     with open_readonly(a.path) as arc:
-        s = arc.stats()
+        s = arc.stats(next_updates=a.next)  # grid, expiry timeline and plan from the same version
+    clock = Clock.of(s["config"], a.raw_time)
+    if a.plot:
+        from .plot import draw
+
+        draw(s, a.plot, None if clock is None else clock.stamp)
+        print(f"wrote {a.plot}", file=sys.stderr)
     if a.format == "json":
         print(json.dumps(s, indent=2))
         return 0
@@ -333,12 +407,13 @@ def _cmd_stats(a) -> int:
     print(f"archive   {s['path']}")
     print(f"layout    {s['layout']}, {c['mode']}; {s['n']} sub-indices")
     print(f"time      tau={c['tau']} Delta={c['delta']} S={c['max_lifetime']} p={s['p']}"
-          + (f" ({c['time_unit']})" if c.get("time_unit") else ""))
+          + (f" ({c['time_unit']})" if c.get("time_unit") else "")
+          + (f"; chronon 0 is {c['origin']}" if c.get("origin") else ""))
     if s["native_point_probe"] != "on":
         print(f"probes    native point probe {s['native_point_probe']}: probes take the planned read (same answers, slower)")
-    last = "no update yet" if s["last_update_time"] is None else f"last at T={s['last_update_time']}"
-    print(f"state     {s['updates']} updates, {last}; {s['records']} records, {_size(s['bytes'])}; "
-          f"{s.get('late_rows', 0)} late events dropped (by `ebb run`)")
+    last = "no update yet" if s["last_update_time"] is None else f"last at {time_label(clock, s['last_update_time'])}"
+    print(f"state     {plural(s['updates'], 'update')}, {last}; {plural(s['records'], 'record')}, {_size(s['bytes'])}; "
+          f"{plural(s.get('late_rows', 0), 'late event')} dropped (by `ebb run`)")
     if s["schema"]:
         print(f"schema    {', '.join(s['schema'])}")
     if len(s["schema_history"]) > 1:  # loads added columns: each version, what it added and when
@@ -353,54 +428,89 @@ def _cmd_stats(a) -> int:
               f"{fmt(x['insertion_slots']):<22} {fmt(x['expiration_slots'])}")
     for k, d in enumerate(s["draining"], 1):
         print(f"draining layout {k} ({d['layout']}, replaced after slot {d['switched_after_slot']}): "
-              f"{d['runs']} runs, {d['records']} records (expired ones included), {_size(d['bytes'])}; gone by T={d['gone_by']}")
+              f"{plural(d['runs'], 'run')}, {plural(d['records'], 'record')} (expired ones included), {_size(d['bytes'])}; "
+              f"gone by {time_label(clock, d['gone_by'])}")
+    print()
+    _print_plan(s["next_updates"], clock, "next updates (each touches the sub-indices it inserts into or deletes from):")
+    timeline = s["expiry_timeline"]
+    if timeline:
+        soon = {u["slot"] for u in s["next_updates"]}
+        freed = sum(e["bytes"] + e["draining_bytes"] for e in timeline if e["slot"] in soon)
+        print(f"expiry: {_size(freed)} expire over these {plural(len(soon), 'update')}, the rest by "
+              f"{time_label(clock, timeline[-1]['time'])}{' (estimated)' if s['estimated'] else ''}; "
+              "per update: --format json or --plot FILE.png")
     log = s["update_log"][-a.updates:] if a.updates else []
     if log:
-        print(f"\nlast {len(log)} updates:")
+        print(f"\nlast {plural(len(log), 'update')}:")
         for r in log:
-            print("  " + _update_line(r))
+            print("  " + _update_line(r, clock))
     return 0
+
+
+def _print_plan(plan: list[dict], clock, title: str | None = None) -> None:
+    """The table of ``ebb plan``: per update, its slot and time and the sub-indices it touches."""
+    stamp = (lambda t: "") if clock is None else (lambda t: "  " + clock.stamp(t))
+    width = len(stamp(plan[0]["time"])) if plan else 0
+    if title:
+        print(title)
+    print(f"{'slot':>6} {'time':>10}{('  timestamp' if clock else '').ljust(width)}  {'insert into':<24} delete from")
+    for p in plan:
+        print(f"{p['slot']:>6} {p['time']:>10}{stamp(p['time'])}  {_ids(p['insert_into']):<24} {_ids(p['delete_from'])}")
 
 
 def _cmd_plan(a) -> int:
     from ..storage.archive import Archive
+    from .timefmt import Clock
 
     with Archive(a.path) as arc:
         plan = arc.plan(a.updates)
+        clock = Clock.of(arc.config, a.raw_time)
     if a.format == "json":
         print(json.dumps(plan, indent=2))
         return 0
-    print(f"{'slot':>6} {'time':>10}  {'insert into':<24} delete from")
-    for p in plan:
-        print(f"{p['slot']:>6} {p['time']:>10}  {_ids(p['insert_into']):<24} {_ids(p['delete_from'])}")
+    _print_plan(plan, clock)
     return 0
 
 
 def _cmd_verify(a) -> int:
-    from ..storage.archive import Archive
+    from ..storage.archive import Archive, open_readonly
+    from ..storage.files import MARKER
     from ..storage.verify import verify
+    from .progress import Bar, plural
 
-    with Archive(a.path) as arc:
-        problems, notes = verify(arc)
+    checked = [0]  # runs checked, as verify reports them
+
+    def progress(done: int, total: int) -> None:
+        checked[0] = done
+        bar.set(done, total)
+
+    # a data directory: its published copies and the runs they reference (issue 29)
+    with (Archive(a.path) if os.path.isfile(os.path.join(a.path, MARKER)) else open_readonly(a.path)) as arc, \
+            Bar("verify", unit="run") as bar:
+        problems, notes = verify(arc, progress)
+    if a.format == "json":
+        print(json.dumps({"ok": not problems, "problems": problems, "notes": notes, "runs_checked": checked[0]}, indent=2))
+        return EXIT_VERIFY if problems else 0
     for n in notes:
         print(f"note: {n}")
     for p in problems:
         print(f"PROBLEM: {p}")
     if problems:
-        print(f"verify: {len(problems)} problems found", file=sys.stderr)
+        print(f"verify: {plural(len(problems), 'problem')} found", file=sys.stderr)
         return EXIT_VERIFY
-    print("verify: ok")
+    print(f"verify: ok ({plural(checked[0], 'run')} checked)")
     return 0
 
 
 def _cmd_migrate(a) -> int:
     from ..storage.archive import Archive
     from ..storage.migration import migrate, target_config
+    from .progress import message_bar
 
-    with Archive(a.path) as arc:
+    bar, progress = message_bar("migrate", quiet=a.format == "json")
+    with Archive(a.path) as arc, bar:
         target = target_config(arc.config, layout=a.layout, partitioning=a.partitioning, split=a.split, G=a.G,
                                E=a.E, n_wave=a.n, mode=a.mode, seed=a.seed)
-        progress = None if a.format == "json" else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
         rec = migrate(arc, target, copy=a.copy, wait_s=a.wait, progress=progress)
     if a.format == "json":
         print(json.dumps(rec, indent=2))

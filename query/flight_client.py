@@ -6,6 +6,11 @@
         c.probe_range(10, 20)
         for batch in c.scan():        # streamed record batches
             ...
+        c.health()                    # {"status": "ok", "update_seq": ..., "seconds_since_commit": ...}
+
+    FlightArchiveClient("grpc+tls://host:8815", tls_root_certs=ca_pem)                 # TLS
+    FlightArchiveClient("grpc+tls://host:8815", tls_root_certs=ca_pem,
+                        cert_chain=client_pem, private_key=client_key_pem)              # mutual TLS
 
 Every answer is one committed state of the archive; ``read`` also returns which one (the
 ``app_metadata`` of the stream's first chunk). Server-side errors arrive as the Flight exception
@@ -17,32 +22,44 @@ gRPC's debug context from them for display.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Iterator
 
-import pyarrow as pa
-import pyarrow.flight as flight
+# gRPC logs a failed TLS handshake on stderr at INFO level, in lines of its own around the one-line
+# error the caller reports; ERROR keeps its real errors (an explicit GRPC_VERBOSITY still wins)
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import pyarrow as pa  # noqa: E402  (after GRPC_VERBOSITY, which gRPC reads when it starts)
+import pyarrow.flight as flight  # noqa: E402
 
 from ..storage.errors import UsageError
 from . import flight_protocol as proto
+
+HEALTH_ACTION = "health"  # flight_server.HEALTH_ACTION; not imported from there, which loads the storage engine
 
 
 FLIGHT_SCHEMES = ("grpc", "grpc+tcp", "grpc+tls", "grpc+unix")  # the transports pyarrow.flight clients know
 
 
-def server_url(address: str) -> str:
-    """``grpc://HOST:PORT`` for an address given as a URL or as ``HOST:PORT`` (``[::1]:PORT``)."""
+def server_url(address: str, tls: bool = False) -> str:
+    """``grpc://HOST:PORT`` for an address given as a URL or as ``HOST:PORT`` (``[::1]:PORT``);
+    ``grpc+tls://HOST:PORT`` for ``HOST:PORT`` with ``tls`` (TLS settings were given)."""
     if "://" in address:
         scheme, _, rest = address.partition("://")
         if scheme not in FLIGHT_SCHEMES or not rest:
             raise UsageError(f"server address {address!r}: the scheme must be one of {', '.join(FLIGHT_SCHEMES)} "
                              "followed by HOST:PORT (or give HOST:PORT alone)")
+        if tls and scheme != "grpc+tls":
+            # pyarrow would silently ignore the certificates and talk plaintext
+            raise UsageError(f"server address {address!r}: TLS certificates were given, so the URL must be "
+                             "grpc+tls://HOST:PORT (or give HOST:PORT alone)")
         return address
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise UsageError(f"server address {address!r} is neither grpc://HOST:PORT nor HOST:PORT")
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # a bare IPv6 address
-    return f"grpc://{host}:{port}"
+    return f"{'grpc+tls' if tls else 'grpc'}://{host}:{port}"
 
 
 def error_message(e: BaseException) -> str:
@@ -53,9 +70,18 @@ def error_message(e: BaseException) -> str:
 class FlightArchiveClient:
     """A connection to one ``ebb serve`` process (cheap to create; use one per thread)."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float | None = None):
-        self.url = server_url(url)
-        self._client = flight.FlightClient(self.url)
+    def __init__(self, url: str, token: str | None = None, timeout: float | None = None,
+                 tls_root_certs: bytes | None = None, cert_chain: bytes | None = None,
+                 private_key: bytes | None = None):
+        """TLS (``grpc+tls://`` URLs): ``tls_root_certs``, PEM of the CA to trust (default: the
+        system's roots); ``cert_chain`` and ``private_key``, PEM of this client's certificate
+        and key, for a server that requires mutual TLS."""
+        if (cert_chain is None) != (private_key is None):
+            raise UsageError("a client certificate needs its key, and a key its certificate")
+        tls = any(x is not None for x in (tls_root_certs, cert_chain))
+        self.url = server_url(url, tls=tls)
+        self._client = flight.FlightClient(self.url, tls_root_certs=tls_root_certs, cert_chain=cert_chain,
+                                           private_key=private_key)
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self._options = flight.FlightCallOptions(timeout=timeout, headers=headers)
 
@@ -85,6 +111,13 @@ class FlightArchiveClient:
 
     def flights(self) -> list[flight.FlightInfo]:
         return list(self._client.list_flights(options=self._options))
+
+    def health(self) -> dict[str, Any]:
+        """The server's ``health`` action: status ("ok", or "degraded" and ``why``), archive,
+        ``update_seq``, ``last_update_time``, ``served_update_seq``, ``seconds_since_commit``,
+        ``ebb_version``, ``format_version``."""
+        results = list(self._client.do_action(flight.Action(HEALTH_ACTION, b""), self._options))
+        return json.loads(results[0].body.to_pybytes())
 
     # -- reads ----------------------------------------------------------------------------------
     def probe(self, key: Any, as_of: int | None = None) -> pa.Table:

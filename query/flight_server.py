@@ -5,8 +5,9 @@
 
 - ``do_get``: tickets of ``flight_protocol`` (probe / probe_range / scan, each with ``as_of``).
   Each request opens one storage snapshot, so its answer is exactly one committed state; the
-  state is reported in the first chunk's ``app_metadata``. Scans stream batch by batch from the
-  run files (a generator over ``ArchiveReader.scan``), never a whole table in memory.
+  state is reported in the first chunk's ``app_metadata``. Scans and range probes stream batch
+  by batch from the run files (generators over ``ArchiveReader.scan_batches`` and
+  ``probe_range_batches``), never a whole table in memory.
 - ``list_flights`` / ``get_flight_info`` / ``get_schema``: what the archive holds (schema, time
   model, last update time, records and bytes in total and per sub-index) as FlightInfo, with the
   details as JSON ``app_metadata``.
@@ -15,6 +16,10 @@
   ``FlightInternalError`` (logged with its traceback here). The server keeps serving either way.
 - ``token``: every call must carry ``authorization: Bearer <token>`` or it is rejected with
   ``FlightUnauthenticatedError`` (checked in middleware, so it covers every RPC).
+- ``tls``: gRPC over TLS (``grpc+tls://``), and mutual TLS when a client CA is given: gRPC then
+  refuses, during the handshake, every client without a certificate that CA signed.
+- ``do_action("health")``: one JSON result for supervisors (``health``); every other action,
+  ``do_put`` and ``do_exchange`` are refused in one line: the server is read-only.
 
 It binds to 127.0.0.1 unless told otherwise.
 """
@@ -27,23 +32,49 @@ import json
 import logging
 import os
 import re
+import threading
+import time
 import weakref
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from ..storage.archive import open_readonly
 from ..storage.errors import CorruptionError, EbbError, ReadError, VersionReclaimed
+from ..storage.manifest import FORMAT_VERSION
+from ..storage.read_plan import KeyRange
 from ..storage.snapshot import Snapshot
 from . import flight_protocol as proto
 from .reader import ArchiveReader
+
+if TYPE_CHECKING:
+    from .request_monitor import RequestMonitor
 
 log = logging.getLogger("ebb.flight")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8815  # the port Arrow Flight examples conventionally use
+# scans and range probes in progress at once, by default: each holds up to a block per sorted
+# stream of its plan plus the batches in flight (docs/serving.md, "Limits"); point probes are
+# never limited
+DEFAULT_MAX_HEAVY_REQUESTS = 4 * (os.cpu_count() or 1)
+# a range probe whose planned blocks fit this is read whole; a larger one streams (bounded memory)
+WHOLE_RANGE_BYTES = 8 << 20
+HEALTH_ACTION = "health"
+FOLLOW_LAG_S = 10.0  # the served version may trail a commit this long before health says "degraded"
 SCAN_DESCRIPTOR = proto.ReadRequest("scan").encode()
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """PEM bytes of the server's certificate (chain) and key and, for mutual TLS, of the CA that
+    signs the clients' certificates."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None = None
 
 
 class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):
@@ -137,14 +168,34 @@ class ArchiveFlightServer(flight.FlightServerBase):
     """Serves the archive at ``path`` (and only it). Runs as soon as it is constructed; call
     ``serve()`` to block, ``shutdown()`` to stop."""
 
-    def __init__(self, path: str, host: str = DEFAULT_HOST, port: int = 0, token: str | None = None):
+    # reports every read (counts, latency, access log: query/request_monitor.py); `ebb serve`
+    # sets it before serving, and without it a read pays for nothing
+    monitor: RequestMonitor | None = None
+
+    def __init__(self, path: str, host: str = DEFAULT_HOST, port: int = 0, token: str | None = None,
+                 tls: ServerTls | None = None, max_heavy_requests: int = DEFAULT_MAX_HEAVY_REQUESTS):
+        """``tls``: serve gRPC over TLS with this certificate and key; with its ``client_ca``,
+        mutual TLS (every client must present a certificate that CA signed).
+        ``max_heavy_requests``: scans and range probes in progress at once; one more fails at
+        once with FlightUnavailableError "ebb: busy: ..." (point probes are never limited)."""
+        if max_heavy_requests < 1:
+            raise ValueError(f"max_heavy_requests must be at least 1, not {max_heavy_requests}")
+        self.max_heavy_requests = max_heavy_requests
+        self._heavy = threading.BoundedSemaphore(max_heavy_requests)
         self.archive = open_readonly(path)
         self.name = os.path.basename(self.archive.path.rstrip(os.sep))
         self.host = host
         self.token_required = bool(token)
+        self.tls = tls
         middleware = {"auth": BearerTokenMiddlewareFactory(token)} if token else None
+        if tls is None:
+            where, secure = flight.Location.for_grpc_tcp(_uri_host(host), port), {}
+        else:
+            where = flight.Location.for_grpc_tls(_uri_host(host), port)
+            secure = {"tls_certificates": [(tls.cert, tls.key)], "verify_client": tls.client_ca is not None,
+                      "root_certificates": tls.client_ca}
         try:
-            super().__init__(location=flight.Location.for_grpc_tcp(_uri_host(host), port), middleware=middleware)
+            super().__init__(location=where, middleware=middleware, **secure)
             # follows each new version off the request path, so no probe pays for the switch
             self.reader = ArchiveReader(self.archive, follow=True)
         except Exception:
@@ -153,7 +204,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
 
     @property
     def url(self) -> str:
-        return f"grpc://{_uri_host(self.host)}:{self.port}"
+        return f"{'grpc' if self.tls is None else 'grpc+tls'}://{_uri_host(self.host)}:{self.port}"
 
     def close(self) -> None:
         """Stops serving (waits for running calls) and closes the archive. Idempotent."""
@@ -171,7 +222,32 @@ class ArchiveFlightServer(flight.FlightServerBase):
     # -- reads ----------------------------------------------------------------------------------
     @_rpc
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
-        req = proto.decode(ticket.ticket)
+        monitor = self.monitor
+        if monitor is None:
+            return flight.GeneratorStream(*self._answer(proto.decode(ticket.ticket)))
+        return flight.GeneratorStream(*monitor.answer(context, ticket.ticket, self._answer))
+
+    def _answer(self, req: proto.ReadRequest) -> tuple[pa.Schema, Iterator]:
+        """``_read``, within the limit on heavy requests: a scan or range probe holds one of the
+        ``max_heavy_requests`` slots until its stream ends or is dropped, and finds none free
+        fails at once (a client may retry; waiting would tie up a gRPC thread per caller)."""
+        if req.kind == "probe":
+            return self._read(req)
+        if not self._heavy.acquire(blocking=False):
+            raise flight.FlightUnavailableError(f"ebb: busy: {self.max_heavy_requests} heavy requests (scans and range "
+                                                "probes) in progress; retry")
+        slot = _Slot(self._heavy)
+        try:
+            schema, stream = self._read(req)
+        except BaseException:
+            slot.release()
+            raise
+        held = _holding(stream, slot)
+        weakref.finalize(held, slot.release)  # a stream dropped before it starts never runs its finally
+        return schema, held
+
+    def _read(self, req: proto.ReadRequest) -> tuple[pa.Schema, Iterator]:
+        """The schema and the stream (batches, the first with the state's metadata) answering ``req``."""
         served = self.reader.served_snapshot(req.as_of) if req.kind == "probe" and type(req.key) is int else None
         snap = served or self.archive.snapshot()
         try:
@@ -189,27 +265,32 @@ class ArchiveFlightServer(flight.FlightServerBase):
                 snap.close()
             raise
         stream = _tagged(batches, schema, meta)
-        if req.kind == "scan" and snap.schema is not None:
+        if req.kind != "probe" and snap.schema is not None:
             # a client that goes away before the stream starts never runs the generator's
             # finally; closing on collection releases the snapshot (Snapshot.close is idempotent)
             weakref.finalize(stream, snap.close)
-        return flight.GeneratorStream(schema, stream)
+        return schema, stream
 
     def _batches(self, snap: Snapshot, req: proto.ReadRequest, as_of: int, close: bool) -> Iterator[pa.RecordBatch]:
         """The answer to ``req`` from ``snap``. Probes are read now (and ``snap`` closed if
-        ``close``: not the follower's served snapshot); a scan is a generator that reads
-        blocks as the client consumes them and closes ``snap`` when done."""
+        ``close``: not the follower's served snapshot); a scan or a range probe is a generator
+        that reads blocks as the client consumes them, in memory bounded independently of the
+        answer's size, and closes ``snap`` when done."""
         key_type = snap.schema.field(snap.config.key_column).type
         reader = self.reader
         if req.kind == "scan":
             return _closing(reader.scan_batches(as_of, snapshot=snap), snap)
+        if req.kind == "probe_range":
+            lo = proto.check_key("lo", req.lo, key_type, nullable=True)
+            hi = proto.check_key("hi", req.hi, key_type, nullable=True)
+            if sum(task.bytes for task in snap.plan(KeyRange(lo, hi), as_of)) <= WHOLE_RANGE_BYTES:
+                try:  # small: read whole and sorted once, 2-4x faster than the streamed merge
+                    return iter(reader.probe_range(lo, hi, as_of, snapshot=snap).to_batches())
+                finally:
+                    snap.close()
+            return _closing(reader.probe_range_batches(lo, hi, as_of, snapshot=snap), snap)
         try:
-            if req.kind == "probe":
-                table = reader.probe(proto.check_key("key", req.key, key_type), as_of, snapshot=snap)
-            else:
-                lo = proto.check_key("lo", req.lo, key_type, nullable=True)
-                hi = proto.check_key("hi", req.hi, key_type, nullable=True)
-                table = reader.probe_range(lo, hi, as_of, snapshot=snap)
+            table = reader.probe(proto.check_key("key", req.key, key_type), as_of, snapshot=snap)
         finally:
             if close:
                 snap.close()
@@ -239,11 +320,41 @@ class ArchiveFlightServer(flight.FlightServerBase):
     def do_exchange(self, context, descriptor, reader, writer):
         raise _read_only("do_exchange")
 
-    def do_action(self, context, action):
-        raise _read_only(f"action {action.type!r}")
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        if action.type != HEALTH_ACTION:
+            raise _read_only(f"action {action.type!r}")
+        return iter([json.dumps(self.health()).encode()])
 
-    def list_actions(self, context):
-        return []
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return [(HEALTH_ACTION, "JSON: status (ok or degraded, and why), the last update, the version served, "
+                                "seconds since the last commit")]
+
+    # -- health ---------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """The ``health`` action's answer. "degraded" when the newest committed state cannot be
+        read, or when the version probes are served from has lagged it for longer than
+        ``FOLLOW_LAG_S`` (the follower normally switches within milliseconds of a commit).
+        Whether the archive is fresh enough is the caller's judgement (``seconds_since_commit``;
+        ``ebb health --max-age``): the server does not know how often its writer should commit."""
+        out: dict[str, Any] = {"status": "ok", "archive": self.name, "ebb_version": _ebb_version(),
+                               "format_version": FORMAT_VERSION}
+        try:
+            with self.archive.snapshot() as snap:
+                seq, last = snap.state.update_seq, None if snap.state.last_slot is None else snap.time
+            # every commit writes the LMDB data file this server reads (the published copy's, for
+            # a data directory), and nothing else does: its age is the time since the last commit
+            age = time.time() - os.path.getmtime(os.path.join(self.archive.env.path(), "data.mdb"))
+        except Exception as e:  # the health check reports what is wrong instead of failing (logged by _flight_error)
+            return {**out, "status": "degraded", "why": str(_flight_error(e, "health")).removeprefix("ebb: ")}
+        # without a prepared served version (nothing loaded yet) requests read the newest one themselves
+        served = self.reader.served_snapshot()
+        served_seq = seq if served is None else served.state.update_seq
+        out.update(update_seq=seq, last_update_time=last, served_update_seq=served_seq,
+                   seconds_since_commit=round(max(age, 0.0), 3))
+        if served_seq < seq and age > FOLLOW_LAG_S:
+            out.update(status="degraded", why=f"probes are served from update {served_seq}, {seq - served_seq} behind "
+                                              f"the newest commit of {age:.0f} s ago (see the server's log)")
+        return out
 
     def _request_of(self, descriptor: flight.FlightDescriptor) -> proto.ReadRequest:
         if descriptor.descriptor_type != flight.DescriptorType.CMD:
@@ -273,7 +384,16 @@ class ArchiveFlightServer(flight.FlightServerBase):
 
 def _read_only(what: str) -> flight.FlightServerError:
     return flight.FlightServerError(f"ebb: {what} is not supported: `ebb serve` is read-only "
-                                    "(do_get, get_flight_info, get_schema and list_flights)")
+                                    f"(do_get, get_flight_info, get_schema, list_flights and the action {HEALTH_ACTION!r})")
+
+
+def _ebb_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ebb")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _uri_host(host: str) -> str:
@@ -293,6 +413,29 @@ def _tagged(batches: Iterator[pa.RecordBatch], schema: pa.Schema, meta: bytes) -
             yield b
     if first:
         yield pa.RecordBatch.from_pylist([], schema=schema), meta
+
+
+class _Slot:
+    """One slot of a semaphore, released once however many times ``release`` is called (by the
+    stream's end and by its finalizer, from any thread)."""
+
+    def __init__(self, semaphore: threading.BoundedSemaphore):
+        self._semaphore: threading.BoundedSemaphore | None = semaphore
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            semaphore, self._semaphore = self._semaphore, None
+        if semaphore is not None:
+            semaphore.release()
+
+
+def _holding(stream: Iterator, slot: _Slot) -> Iterator:
+    """Yields ``stream``, then releases ``slot`` (also if the client goes away mid-stream)."""
+    try:
+        yield from stream
+    finally:
+        slot.release()
 
 
 def _closing(batches: Iterator[pa.RecordBatch], snap: Snapshot) -> Iterator[pa.RecordBatch]:

@@ -3,15 +3,15 @@
 A thin layer over storage's read planning: every read opens (or is given) one snapshot, asks
 it for a plan (``Snapshot.plan``) and executes the plan's tasks (``Snapshot.read``), exactly as
 the Flight server and the Spark source do. Probe and range results are ordered by
-(key, exp, ts); scans stream sub-index by sub-index in file order. Results are Arrow: probes
-return tables and a scan a ``pyarrow.RecordBatchReader``, which DuckDB, polars and pandas read
-as they are (docs/offline-analysis.md).
+(key, exp, ts); scans stream sub-index by sub-index in file order, and ranges stream in that
+order too (``Snapshot.read_range``), both in memory bounded independently of the result.
+Results are Arrow: probes return tables and a scan a ``pyarrow.RecordBatchReader``, which
+DuckDB, polars and pandas read as they are (docs/offline-analysis.md).
 """
 
 from __future__ import annotations
 
 import weakref
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -116,8 +116,30 @@ class ArchiveReader:
 
     def probe_range(self, lo, hi, as_of: int | None = None, subindices: list[int] | None = None,
                     snapshot: Snapshot | None = None) -> pa.Table:
-        """Records with lo <= key <= hi valid at ``as_of``. Either bound may be None (open)."""
-        return self._collect(KeyRange(lo, hi), as_of, subindices, snapshot)
+        """Records with lo <= key <= hi valid at ``as_of``, ordered by (key, exp, ts). Either
+        bound may be None (open). Read whole and sorted once: as fast as reads go when the
+        table is held anyway (``probe_range_batches`` streams a range too large to hold)."""
+        snap = snapshot if snapshot is not None else self.archive.snapshot()
+        try:
+            tasks = snap.plan(KeyRange(lo, hi), as_of, subindices)
+            if snap.schema is None:
+                return pa.table({})
+            for task in tasks:
+                self.io.count(task)
+            cfg = snap.config
+            return ordered(list(snap.read_all(tasks)), snap.schema, cfg.key_column, cfg.exp_column, cfg.ts_column)
+        finally:
+            if snapshot is None:
+                snap.close()
+
+    def probe_range_batches(self, lo, hi, as_of: int | None = None, subindices: list[int] | None = None,
+                            snapshot: Snapshot | None = None) -> Iterator[pa.RecordBatch]:
+        """``probe_range`` as a generator of record batches in the same order, read as they are
+        consumed in memory bounded independently of the result (``Snapshot.read_range``): for
+        ranges too large to hold. Planned now (errors such as an ``as_of`` out of reach are
+        raised here); a snapshot this call opens stays open until the generator is exhausted
+        or closed."""
+        return self._planned(KeyRange(lo, hi), as_of, subindices, snapshot)[1]
 
     def scan(self, as_of: int | None = None, subindices: list[int] | None = None,
              snapshot: Snapshot | None = None) -> pa.RecordBatchReader:
@@ -129,7 +151,7 @@ class ArchiveReader:
         open. Arrow's stream interface carries an error as a message, so a read that fails while
         streaming raises a pyarrow error (ArrowInvalid, OSError) that quotes ebb's;
         ``scan_batches`` raises ebb's own classes (``ebb.storage.errors``)."""
-        schema, batches = self._scan(as_of, subindices, snapshot)
+        schema, batches = self._planned(Scan(), as_of, subindices, snapshot)
         # from_batches alone keeps the generator (and so the snapshot) until the reader is
         # collected: its close() does not reach the generator. Imported through the C stream
         # interface, close() releases the stream and with it the last reference to the
@@ -141,7 +163,7 @@ class ArchiveReader:
         """``scan`` as a generator of record batches, for callers that handle ebb's errors by
         class (the CLI's exit codes, the Flight server's error statuses). A snapshot this call
         opens stays open until the generator is exhausted or closed."""
-        return self._scan(as_of, subindices, snapshot)[1]
+        return self._planned(Scan(), as_of, subindices, snapshot)[1]
 
     def scan_table(self, as_of: int | None = None, subindices: list[int] | None = None) -> pa.Table:
         """``scan`` collected into one table."""
@@ -156,48 +178,37 @@ class ArchiveReader:
         return self.archive.stats()
 
     # -- internals ------------------------------------------------------------------------------
-    @contextmanager
-    def _use(self, snapshot: Snapshot | None) -> Iterator[Snapshot]:
-        if snapshot is not None:
-            yield snapshot
-            return
-        with self.archive.snapshot() as snap:
-            yield snap
-
-    def _scan(self, as_of: int | None, subindices: list[int] | None,
-              snapshot: Snapshot | None) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-        """Plans a scan now (so that an instant out of reach fails here, not at the first batch)
-        and returns the schema of its batches and the generator that reads them."""
+    def _planned(self, request: Scan | KeyRange, as_of: int | None, subindices: list[int] | None,
+                 snapshot: Snapshot | None) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+        """Plans a scan or a key range now (so that an instant out of reach fails here, not at
+        the first batch) and returns the schema of its batches and the generator that reads
+        them: a scan's in file order, a range's merged in (key, exp, ts) order."""
         snap = snapshot if snapshot is not None else self.archive.snapshot()
         try:
-            tasks = snap.plan(Scan(), as_of, subindices)
-            snap.hold()  # a scan may outlast many updates: its version stays readable until it ends
+            tasks = snap.plan(request, as_of, subindices)
+            snap.hold()  # a long read may outlast many updates: its version stays readable until it ends
         except BaseException:
             if snapshot is None:
                 snap.close()
             raise
         schema = snap.schema if snap.schema is not None else pa.schema([])
-        batches = self._stream(snap, tasks, close=snapshot is None)
+        batches = self._stream(snap, tasks, isinstance(request, KeyRange), close=snapshot is None)
         if snapshot is None:
             # a generator closed or dropped before its first batch never runs its finally
             weakref.finalize(batches, snap.close)
         return schema, batches
 
-    def _collect(self, request, as_of, subindices, snapshot) -> pa.Table:
-        with self._use(snapshot) as snap:
-            tasks = snap.plan(request, as_of, subindices)
-            if snap.schema is None:
-                return pa.table({})
-            for task in tasks:
-                self.io.count(task)
-            batches = list(snap.read_all(tasks))
-            return ordered(batches, snap.schema, snap.config.key_column, snap.config.exp_column, snap.config.ts_column)
-
-    def _stream(self, snap: Snapshot, tasks: list[ReadTask], close: bool) -> Iterator[pa.RecordBatch]:
+    def _stream(self, snap: Snapshot, tasks: list[ReadTask], in_key_order: bool,
+                close: bool) -> Iterator[pa.RecordBatch]:
         try:
-            for task in tasks:
-                self.io.count(task)
-                yield from snap.read(task)
+            if in_key_order:
+                for task in tasks:
+                    self.io.count(task)
+                yield from snap.read_range(tasks)
+            else:
+                for task in tasks:
+                    self.io.count(task)
+                    yield from snap.read(task)
         finally:
             if close:
                 snap.close()

@@ -28,7 +28,7 @@ from .files import DATA_DIR, INDEX_DIR, LOCK, MARKER, LockHeld, OpenFiles, exclu
 from .layout import compress_slots
 from .manifest import (
     FORMAT_VERSION, ArchiveState, SubIndexState, read_checkpoint, read_migrations, read_state, read_update_records,
-    write_config, write_state,
+    seal_root, write_config, write_state,
 )
 from .metadata_cache import MetadataCache
 from .read_state import ReadState
@@ -64,6 +64,8 @@ class Archive:
         # run files on their own (shared) file system: every commit is published there for
         # readers on machines that mount only that (``published``)
         self.publishes = data_dir is not None
+        # disk bytes the last reclaim in this process gave back (``_reclaim``): ebb run's metrics
+        self.reclaimed_bytes = 0
         self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
         self.readonly = bool(self.env.flags()["readonly"])
         self._init_reads()
@@ -117,6 +119,7 @@ class Archive:
             with env.begin(write=True) as txn:
                 write_config(txn, config)
                 write_state(txn, ArchiveState(subindices=[SubIndexState() for _ in range(config.n)]))
+                seal_root(txn)
         finally:
             lmdb_env.release(env)
         open(os.path.join(path, LOCK), "a").close()
@@ -178,10 +181,12 @@ class Archive:
         new version once for the reads that follow and prepares what its point probes need (as
         RocksDB opens a compaction's output), and lets go of the files of the runs it replaced.
         Returns what was reclaimed."""
-        from .recovery import collect_garbage
+        from .recovery import collect_garbage, held_bytes
 
         pinned = published.publish(self.env, self.data_dir, FORMAT_VERSION) if self.publishes else None
+        before = held_bytes(self.env, self.data_dir)
         done = collect_garbage(self.env, self.data_dir, pinned)
+        self.reclaimed_bytes = before - held_bytes(self.env, self.data_dir)
         if self.publishes:
             published.forget_deleted_runs(self.data_dir)
         with self.snapshot() as snap:
@@ -267,6 +272,13 @@ class Archive:
             stored = self.reads.schema(env, txn)
         return None if stored is None else stored.history
 
+    def held_bytes(self) -> int:
+        """Disk bytes of replaced runs and run prefixes not reclaimed yet, because a version that
+        may still be read (a reader's, a lease's, a published or kept one) references them."""
+        from .recovery import held_bytes
+
+        return held_bytes(self.env, self.data_dir)
+
     def updates(self, last: int | None = None) -> list[dict]:
         with self.env.begin() as txn:
             return read_update_records(txn, last)
@@ -275,29 +287,28 @@ class Archive:
         """Which sub-indices (1-based) each of the next ``updates`` updates inserts into and
         deletes from (docs/spec.md section 3). UsageError beyond ``MAX_PLANNED_UPDATES``: the
         answer is built whole, and a layout's pattern repeats far sooner."""
-        if not 1 <= updates <= MAX_PLANNED_UPDATES:
-            raise UsageError(f"plan 1 to {MAX_PLANNED_UPDATES} updates at a time, not {updates}")
-        cfg, state = self._version()
-        layout, tm = cfg.layout_obj, cfg.time
-        out = []
-        if state.last_slot is None:
-            out.append({"slot": 0, "time": tm.tau, "kind": "bulk", "insert_into": list(range(1, layout.n + 1)), "delete_from": []})
-            start = 1
-        else:
-            start = state.last_slot + 1
-        while len(out) < updates:
-            j = start
-            start += 1
-            ins = [i + 1 for i in layout.insert_targets(j)]
-            dele = [i + 1 for i in layout.delete_targets([j])]
-            out.append({"slot": j, "time": tm.time_of(j), "kind": "periodic", "insert_into": ins, "delete_from": dele,
-                        "touched": sorted(set(ins) | set(dele))})
-        return out
+        return _plan(*self._version(), updates)
 
-    def stats(self, update_log: int | None = None) -> dict:
+    def outlook(self, updates: int = 4) -> dict:
+        """What the archive holds and what comes next, read from one committed version: the
+        sub-index ``grid`` (G rows of insertion partitions by E columns of expiration partitions;
+        one row of n for a wave index) with each cell's records and bytes, the ``expiry_timeline``
+        (per coming update, the stored records and bytes that expire at it, and the bytes of
+        draining runs it drops) and the ``next_updates`` (``plan(updates)``).
+
+        A NoRebuild run is sectioned by expiration slot, so its bytes per update are exact; a
+        Rebuild run's block knows only its exp range, so its bytes are spread evenly over the
+        updates of that range: then ``estimated`` is true. Updates that expire nothing are left out."""
+        with self.snapshot() as snap:
+            return _outlook(snap, updates)
+
+    def stats(self, update_log: int | None = None, next_updates: int = 0) -> dict:
         """Configuration, state, per-sub-index sizes and slot ranges, and the update log (the
-        last ``update_log`` records, all by default)."""
-        cfg, state = self._version()
+        last ``update_log`` records, all by default). With ``next_updates``, also ``outlook``'s
+        keys, computed from the same version."""
+        with self.snapshot() as snap:
+            cfg, state = snap.config, snap.state
+            outlook = _outlook(snap, next_updates) if next_updates else {}
         layout, tm = cfg.layout_obj, cfg.time
         last = state.last_slot if state.last_slot is not None else 0
         subs = []
@@ -336,7 +347,80 @@ class Archive:
                          for d in state.draining],
             "migrations": self.migrations(),
             "update_log": self.updates(update_log),
+            **outlook,
         }
+
+
+def _plan(cfg: ArchiveConfig, state: ArchiveState, updates: int) -> list[dict]:
+    """``Archive.plan`` of the version (cfg, state)."""
+    if not 1 <= updates <= MAX_PLANNED_UPDATES:
+        raise UsageError(f"plan 1 to {MAX_PLANNED_UPDATES} updates at a time, not {updates}")
+    layout, tm = cfg.layout_obj, cfg.time
+    out = []
+    if state.last_slot is None:
+        out.append({"slot": 0, "time": tm.tau, "kind": "bulk", "insert_into": list(range(1, layout.n + 1)), "delete_from": []})
+        start = 1
+    else:
+        start = state.last_slot + 1
+    while len(out) < updates:
+        j = start
+        start += 1
+        ins = [i + 1 for i in layout.insert_targets(j)]
+        dele = [i + 1 for i in layout.delete_targets([j])]
+        out.append({"slot": j, "time": tm.time_of(j), "kind": "periodic", "insert_into": ins, "delete_from": dele,
+                    "touched": sorted(set(ins) | set(dele))})
+    return out
+
+
+def _outlook(snap: Snapshot, updates: int) -> dict:
+    """``Archive.outlook`` of the version ``snap`` reads."""
+    import numpy as np
+
+    cfg, state = snap.config, snap.state
+    tm = cfg.time
+    rows, cols = (cfg.G, cfg.E) if cfg.layout == "doubly" else (1, cfg.n)
+    subs = state.subindices
+    grid = {"rows": rows, "columns": cols, "cells": [
+        [{"subindex": r * cols + c + 1, "records": subs[r * cols + c].records, "bytes": subs[r * cols + c].bytes}
+         for c in range(cols)] for r in range(rows)]}
+    # every stored record expires at one of the next p updates (exp <= T_last + S), so per-slot
+    # sums over that window cover it
+    first = 1 if state.last_slot is None else state.last_slot + 1
+    p = tm.p + (1 if state.last_slot is None else 0)  # before the bulk load: records up to T_0 + S
+    per_bytes, per_rows = np.zeros(p), np.zeros(p)
+    draining = np.zeros(p, dtype=np.int64)
+    estimated = False
+    layout = cfg.layout_obj
+    for i, sub in enumerate(subs):
+        if not sub.runs:
+            continue
+        # the window's slots whose records this sub-index holds: a Rebuild block's bytes are spread
+        # evenly over those within its exp range (difference arrays, then masked)
+        held = np.zeros(p, dtype=bool)
+        held[np.asarray(layout.expiration_slots_held(i, first - 1), dtype=np.int64)[:p] - first] = True
+        count = np.concatenate([[0], np.cumsum(held)])
+        diff_bytes, diff_rows = np.zeros(p + 1), np.zeros(p + 1)
+        for run in sub.runs:
+            b = snap.descriptor(run.name).blocks[run.first_live:]
+            lo = np.clip(np.where(b["slot"] >= 0, b["slot"], tm.slots(b["min_exp"])) - first, 0, p - 1)
+            hi = np.clip(np.where(b["slot"] >= 0, b["slot"], tm.slots(b["max_exp"])) - first, 0, p - 1)
+            span = np.maximum(count[hi + 1] - count[lo], 1).astype(np.float64)
+            estimated = estimated or bool((span > 1).any())
+            for diff, per_block in ((diff_bytes, b["length"] / span), (diff_rows, b["rows"] / span)):
+                np.add.at(diff, lo, per_block)
+                np.add.at(diff, hi + 1, -per_block)
+        per_bytes += np.cumsum(diff_bytes)[:p] * held
+        per_rows += np.cumsum(diff_rows)[:p] * held
+    for d in state.draining:  # a draining run goes whole, at the first update at or after its max_exp
+        for sub in d.subindices:
+            for run in sub.runs:
+                draining[min(max(tm.slot(run.max_exp) - first, 0), p - 1)] += run.bytes
+    per_bytes, per_rows = np.rint(per_bytes), np.rint(per_rows)
+    timeline = [{"slot": first + k, "time": tm.time_of(first + k), "records": int(per_rows[k]), "bytes": int(per_bytes[k]),
+                 "draining_bytes": int(draining[k])}
+                for k in np.flatnonzero((per_bytes > 0) | (per_rows > 0) | (draining > 0)).tolist()]
+    return {"grid": grid, "expiry_timeline": timeline, "estimated": estimated,
+            "next_updates": _plan(cfg, state, updates)}
 
 
 class PublishedArchive(Archive):

@@ -51,6 +51,13 @@ def seal(tag: bytes, key: bytes, payload: bytes) -> bytes:
     return _HEAD.pack(tag, _digest(key, payload)) + payload
 
 
+def sealed_digest(value) -> int:
+    """The checksum a sealed value carries (what the metadata root records for it)."""
+    if len(value) < _HEAD.size:
+        raise CorruptionError("a metadata value is damaged (truncated metadata value)")
+    return _HEAD.unpack_from(value)[1]
+
+
 def unseal(tag: bytes, key: bytes, value: bytes | memoryview, what: str) -> memoryview:
     """The payload of a value sealed for ``key``; CorruptionError naming ``what`` if damaged."""
     mv = memoryview(value)

@@ -5,7 +5,8 @@ too). ``commit`` writes the new runs' descriptors, puts replaced space on the ga
 tagged with this transaction (a replaced run's descriptor stays until garbage collection deletes
 its file: kept versions and pinned reads may still plan with it), writes the state, the update
 record (trimming the log to ``config.update_log`` records), the version kept for reads as of
-earlier instants (``config.retain``) and any producer checkpoint, and commits. The transaction's commit is the update's single commit
+earlier instants (``config.retain``), any producer checkpoint and, last, the root naming all of
+them (``manifest.seal_root``), and commits. The transaction's commit is the update's single commit
 point: before it, no reader or recovery sees anything of the update; after it, all of it.
 """
 
@@ -14,8 +15,8 @@ from __future__ import annotations
 from .faults import crash_point
 from .manifest import (
     ArchiveState, append_update_record, keep_version, parse_config, read_config_bytes, read_garbage,
-    read_migrations, trim_update_records, write_checkpoint, write_config, write_garbage, write_migrations, write_run,
-    write_schema_history, write_state,
+    read_migrations, seal_root, trim_update_records, write_checkpoint, write_config, write_garbage, write_migrations,
+    write_run, write_schema_history, write_state,
 )
 from .maintenance import SubIndexChange
 from .schema import SchemaHistory
@@ -44,6 +45,7 @@ def stage(txn, state: ArchiveState, changes: list[SubIndexChange], schemas: Sche
     append_update_record(txn, state.update_seq, record)
     trim_update_records(txn, state.update_seq, config.update_log)
     keep_current(txn, config, state)
+    seal_root(txn)
 
 
 def keep_current(txn, config, state: ArchiveState) -> None:
@@ -65,6 +67,7 @@ def stage_migration(txn, config, state: ArchiveState, new_runs: list, dropped_ru
     write_state(txn, state)
     keep_current(txn, config, state)
     write_migrations(txn, read_migrations(txn) + [record])
+    seal_root(txn)
 
 
 def commit(txn) -> None:

@@ -8,6 +8,7 @@ scheduler both call it.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import secrets
 from dataclasses import asdict, dataclass
@@ -23,6 +24,8 @@ MIN_BLOCK_BYTES, MAX_BLOCK_BYTES = 256, 64 << 20
 RESERVED_PREFIX = "__ebb"
 DEFAULT_UPDATE_LOG = 1000
 MAX_UPDATE_LOG = 1_000_000
+# time units whose chronons can be shown as timestamps (with an ``origin``): microseconds per chronon
+TIME_UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "min": 60_000_000, "h": 3_600_000_000}
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class ArchiveConfig:
     block_bytes: int = DEFAULT_BLOCK_BYTES  # target size of a data block
     seed: int = 0  # random partitioning's hash seed
     time_unit: str | None = None  # informational: what one chronon is
+    # informational: the instant of chronon 0 (ISO 8601, UTC); with a unit of TIME_UNITS_US, readers
+    # show chronons as timestamps. Absent from the stored JSON when None, as in archives made before it
+    origin: str | None = None
     # history kept for reads ``as_of`` an earlier instant (chronons; 0: only the current version)
     retain: int = 0
     update_log: int = DEFAULT_UPDATE_LOG  # update records kept (older ones only in the totals)
@@ -67,7 +73,10 @@ class ArchiveConfig:
         return self.layout_obj.n
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        d = asdict(self)
+        if d["origin"] is None:  # such a configuration stays readable by an ebb that predates ``origin``
+            del d["origin"]
+        return json.dumps(d, sort_keys=True).encode()
 
     @staticmethod
     def from_json(data: bytes) -> "ArchiveConfig":
@@ -80,7 +89,7 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
                  ts_column: str = "ts", exp_column: str = "exp", accept_overlong: bool = False,
                  block_bytes: int | None = None, seed: int | None = None,
                  time_unit: str | None = None, retain: int = 0,
-                 update_log: int = DEFAULT_UPDATE_LOG) -> ArchiveConfig:
+                 update_log: int = DEFAULT_UPDATE_LOG, origin: str | None = None) -> ArchiveConfig:
     """A checked configuration with defaults applied (G = E = 2, n = 4, 512 KiB blocks, a fresh
     seed for random partitioning). Raises ConfigError naming the first bad setting."""
     for name, v in (("--interval (Delta)", interval), ("--max-lifetime (S)", max_lifetime)):
@@ -136,6 +145,8 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
     if not isinstance(update_log, int) or isinstance(update_log, bool) or not 1 <= update_log <= MAX_UPDATE_LOG:
         raise ConfigError(f"--update-log must be a whole number of update records from 1 to {MAX_UPDATE_LOG}, "
                           f"got {update_log!r}")
+    if origin is not None:
+        origin = normalize_origin(origin)
     if seed is None:
         seed = secrets.randbits(63) if layout == "doubly" and partitioning == "random" else 0
     return ArchiveConfig(
@@ -143,8 +154,30 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
         split=split if layout == "wave" else "insertion", G=G, E=E, n_wave=n_wave, mode=mode,
         tau=tm.tau, delta=tm.delta, max_lifetime=tm.max_lifetime, key_column=key_column, ts_column=ts_column,
         exp_column=exp_column, accept_overlong=bool(accept_overlong), block_bytes=int(block_bytes), seed=int(seed),
-        time_unit=time_unit, retain=int(retain), update_log=int(update_log),
+        time_unit=time_unit, retain=int(retain), update_log=int(update_log), origin=origin,
     )
+
+
+def origin_us(text: str) -> int:
+    """Microseconds since the Unix epoch of an ISO 8601 instant (UTC when it names no zone)."""
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        raise ConfigError(f"--origin: {text!r} is not an ISO 8601 timestamp (e.g. 2026-01-01T00:00:00Z)") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return (t - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+
+
+def normalize_origin(text: str) -> str:
+    """``text`` checked and written as UTC ISO 8601 with a trailing Z, as it is stored."""
+    return format_origin(origin_us(text))
+
+
+def format_origin(us: int) -> str:
+    """Microseconds since the Unix epoch as UTC ISO 8601 with a trailing Z."""
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=us)
+    return t.strftime("%Y-%m-%dT%H:%M:%S" + (".%f" if t.microsecond else "") + "Z")
 
 
 def check_config(cfg: ArchiveConfig) -> ArchiveConfig:
@@ -156,5 +189,5 @@ def check_config(cfg: ArchiveConfig) -> ArchiveConfig:
         n=cfg.n_wave if cfg.layout == "wave" else None, key_column=cfg.key_column, ts_column=cfg.ts_column,
         exp_column=cfg.exp_column, accept_overlong=cfg.accept_overlong, block_bytes=cfg.block_bytes,
         seed=cfg.seed if (cfg.seed or cfg.partitioning != "random") else None, time_unit=cfg.time_unit,
-        retain=cfg.retain, update_log=cfg.update_log,
+        retain=cfg.retain, update_log=cfg.update_log, origin=cfg.origin,
     )

@@ -14,7 +14,8 @@ import threading
 
 import lmdb
 
-from .errors import ArchiveError
+from . import page_walk
+from .errors import ArchiveError, CorruptionError
 
 MAP_SIZE = int(os.environ.get("EBB_MAP_SIZE", 1 << 36))  # virtual only; the file grows as used
 
@@ -43,11 +44,33 @@ def acquire(index_dir: str, create: bool = False, readonly: bool = False) -> lmd
         try:
             env = lmdb.open(key, map_size=MAP_SIZE, max_dbs=0, max_readers=512, subdir=True, create=create,
                             readonly=readonly and not create, readahead=True, max_spare_txns=0)
+        except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.PageNotFoundError) as e:  # its meta pages
+            raise CorruptionError(f"the archive's metadata in {index_dir} is damaged (LMDB: {e})") from None
         except lmdb.Error as e:
             raise ArchiveError(f"cannot open the archive's metadata in {index_dir}: {e}") from None
         _read_ahead(os.path.join(key, "data.mdb"))
+        try:
+            with env.begin() as txn:
+                check_pages(env, txn)
+        except BaseException:
+            env.close()
+            raise
         _envs[key] = (env, 1)
         return env
+
+
+_checked: dict[str, int] = {}  # the newest version whose pages were checked, by environment path
+
+
+def check_pages(env: lmdb.Environment, txn) -> None:
+    """Checks the pages of ``txn``'s version before LMDB walks them (``page_walk``), once per
+    version and process: a damaged page is a CorruptionError, never an abort. A version older
+    than the newest checked (a transaction begun before a commit another thread saw) is not."""
+    path = env.path()
+    if _checked.get(path, -1) >= txn.id():
+        return
+    page_walk.check(os.path.join(path, "data.mdb"), txn.id())
+    _checked[path] = txn.id()
 
 
 READ_AHEAD_BYTES = 64 << 20  # metadata up to this size (about 50 GB live) is read ahead at open
@@ -79,6 +102,7 @@ def release(env: lmdb.Environment) -> None:
             return
         if refs <= 1:
             del _envs[key]
+            _checked.pop(key, None)
             env.close()
         else:
             _envs[key] = (env, refs - 1)

@@ -11,7 +11,9 @@ Keys (one LMDB database):
                     load that adds columns
     schemas         its history (JSON): each version's column count and the update that brought it
     state           ArchiveState (JSON): last slot, update count, the live runs of each sub-index,
-                    and the runs of layouts being drained after ``ebb migrate``
+                    and the runs of layouts being drained after ``ebb migrate``; then a newline
+                    and the root (JSON, ``seal_root``): every other entry the version needs, by
+                    name and checksum, so a missing entry is corruption, never "not there yet"
     run/NAME        the RunDescriptor of run file NAME
     garbage         files and file prefixes replaced by committed updates, not yet reclaimed
     ext/NAME        a producer's progress record, committed with the update it describes
@@ -31,9 +33,9 @@ import lmdb
 import numpy as np
 import pyarrow as pa
 
-from .checksum import seal, unseal
+from .checksum import seal, sealed_digest, unseal
 from .config import ArchiveConfig
-from .errors import ArchiveError, CorruptionError
+from .errors import CorruptionError
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
 
@@ -131,7 +133,7 @@ class ArchiveState:
 
     @staticmethod
     def from_json(data: bytes) -> "ArchiveState":
-        d = json.loads(data)
+        d = json.loads(bytes(data).partition(b"\n")[0])  # the stored value carries the root after it
         d["subindices"] = _subindices(d["subindices"])
         d["draining"] = [DrainingLayout(x["config"], x["switched_after_slot"], _subindices(x["subindices"]))
                          for x in d.get("draining", [])]
@@ -146,11 +148,12 @@ def _lookup(txn: lmdb.Transaction, key: bytes):
         raise CorruptionError(f"the archive's metadata is damaged (LMDB: {e})") from None
 
 
-def _get(txn: lmdb.Transaction, key: bytes, tag: bytes, what: str, required: bool = True) -> memoryview | None:
+def _get(txn: lmdb.Transaction, key: bytes, tag: bytes, what: str) -> memoryview | None:
+    """The payload of the entry at ``key``, or None if the version has none (CorruptionError if
+    its root names it: ``_absent``)."""
     raw = _lookup(txn, key)
     if raw is None:
-        if required:
-            raise ArchiveError(f"the archive's metadata has no {what}: it is damaged or was not created by ebb")
+        _absent(txn, key, what)
         return None
     return unseal(tag, key, raw, what)
 
@@ -159,8 +162,64 @@ def _sealed(txn, key: bytes, what: str) -> bytes:
     """A required value as stored, still sealed (a cache key for the parsed value)."""
     raw = _lookup(txn, key)
     if raw is None:
-        raise ArchiveError(f"the archive's metadata has no {what}: it is damaged or was not created by ebb")
+        raise CorruptionError(f"the archive's metadata has no {what}: it is damaged")
     return bytes(raw)
+
+
+# -- the root: what a version must hold ------------------------------------------------------
+# Every commit ends with ``seal_root``, which appends to the state value (read first by every
+# reader and writer, and itself required) the checksum of each other single entry the version
+# holds, the newest update record and the newest kept version. A key whose bits flip no longer
+# matches its seal, so it reads as absent: the root turns that absence into a CorruptionError.
+# Entries found are checked by their own seals, so reads pay for the root only on an absence.
+
+_ROOT_KEYS = (b"config", b"schema", b"schemas", b"garbage", b"migrations")
+
+
+def seal_root(txn) -> None:
+    """Rewrites the state value of the open write transaction ``txn`` with the root of the
+    version it is about to commit (call last, right before the commit)."""
+    keys = {k.decode(): sealed_digest(v) for k in _ROOT_KEYS if (v := _lookup(txn, k)) is not None}
+    cur = txn.cursor()
+    if cur.set_range(b"ext/"):
+        for k, v in cur.iternext():
+            if not bytes(k).startswith(b"ext/"):
+                break
+            keys[bytes(k).decode()] = sealed_digest(v)
+    root = {"keys": keys, "upd": _last_seq(txn), "ver": _newest_kept_time(txn)}
+    body = bytes(unseal(b"STAT", b"state", read_state_bytes(txn), "archive state")).partition(b"\n")[0]
+    txn.put(b"state", seal(b"STAT", b"state", body + b"\n" + json.dumps(root, separators=(",", ":")).encode()))
+
+
+def read_root(txn) -> dict | None:
+    """The root of ``txn``'s version; None for one committed before roots existed (format 2
+    archives written by earlier ebb: what must exist is then what is there)."""
+    _, _, root = bytes(unseal(b"STAT", b"state", read_state_bytes(txn), "archive state")).partition(b"\n")
+    if not root:
+        return None
+    try:
+        return json.loads(root)
+    except ValueError:
+        raise CorruptionError("the archive's metadata root cannot be decoded: its metadata is damaged") from None
+
+
+def _absent(txn, key: bytes, what: str) -> None:
+    """CorruptionError if the root of ``txn``'s version names ``key``, which it lacks."""
+    root = read_root(txn)
+    if root is not None and key.decode(errors="replace") in root["keys"]:
+        raise CorruptionError(f"the archive's metadata lost its {what}: it is damaged")
+
+
+def _last_seq(txn) -> int | None:
+    cur = txn.cursor()
+    found = cur.prev() if cur.set_range(b"upd0") else cur.last()  # "0" sorts right after "/"
+    return int.from_bytes(bytes(cur.key())[4:], "big") if found and bytes(cur.key()).startswith(b"upd/") else None
+
+
+def _newest_kept_time(txn) -> int | None:
+    cur = txn.cursor()
+    found = cur.set_range(b"ver0") and cur.prev() or cur.last()  # "0" sorts right after "/"
+    return _kept_head(cur.key(), cur.value())["time"] if found and bytes(cur.key()).startswith(b"ver/") else None
 
 
 def read_config_bytes(txn) -> bytes:
@@ -196,8 +255,11 @@ def read_schema_bytes(txn) -> tuple[bytes, bytes] | None:
     None before the first load."""
     raw = _lookup(txn, b"schema")
     if raw is None:
+        _absent(txn, b"schema", "schema")
         return None
     history = _lookup(txn, b"schemas")
+    if history is None:
+        _absent(txn, b"schemas", "schema history")
     return bytes(raw), b"" if history is None else bytes(history)
 
 
@@ -252,7 +314,7 @@ def delete_run(txn, name: str) -> None:
 def read_garbage(txn) -> list[list]:
     """Space replaced by committed updates: [file name, txn that replaced it, end or None]; end
     is the byte offset below which the file's blocks are dead (None: the whole file)."""
-    raw = _get(txn, b"garbage", b"GARB", "garbage list", required=False)
+    raw = _get(txn, b"garbage", b"GARB", "garbage list")
     return json.loads(bytes(raw)) if raw is not None else []
 
 
@@ -262,7 +324,7 @@ def write_garbage(txn, garbage: list[list]) -> None:
 
 def read_checkpoint(txn, name: str) -> bytes | None:
     """A producer's progress record (e.g. the scheduler's), committed with its last update."""
-    raw = _get(txn, b"ext/" + name.encode(), b"EXTN", f"checkpoint {name!r}", required=False)
+    raw = _get(txn, b"ext/" + name.encode(), b"EXTN", f"checkpoint {name!r}")
     return None if raw is None else bytes(raw)
 
 
@@ -273,7 +335,7 @@ def write_checkpoint(txn, name: str, value: bytes) -> None:
 
 def read_migrations(txn) -> list[dict]:
     """The log of layout changes, oldest first."""
-    raw = _get(txn, b"migrations", b"MIGR", "migration log", required=False)
+    raw = _get(txn, b"migrations", b"MIGR", "migration log")
     return json.loads(bytes(raw)) if raw is not None else []
 
 
@@ -289,13 +351,19 @@ def append_update_record(txn, seq: int, record: dict) -> None:
 def read_update_records(txn, last: int | None = None) -> list[dict]:
     """The update log, oldest first (the last ``last`` records if given)."""
     cur = txn.cursor()
-    out = []
-    if not cur.set_range(b"upd/"):
-        return out
-    for k, v in cur.iternext():
-        if not k.startswith(b"upd/"):
-            break
-        out.append(json.loads(bytes(unseal(b"UPDT", bytes(k), v, f"update record {int.from_bytes(k[4:], 'big')}"))))
+    out, seqs = [], []
+    if cur.set_range(b"upd/"):
+        for k, v in cur.iternext():
+            if not k.startswith(b"upd/"):
+                break
+            seqs.append(int.from_bytes(k[4:], "big"))
+            out.append(json.loads(bytes(unseal(b"UPDT", bytes(k), v, f"update record {seqs[-1]}"))))
+    # records are kept contiguous up to the newest, which the root names: a gap or a missing
+    # newest one is a key that lost its bits
+    root = read_root(txn)
+    gap = bool(seqs) and seqs != list(range(seqs[0], seqs[0] + len(seqs)))
+    if root is not None and (gap or (seqs[-1] if seqs else None) != root["upd"]):
+        raise CorruptionError("the archive's update log lost records: its metadata is damaged")
     return out if last is None else out[-last:] if last else []
 
 
@@ -334,12 +402,21 @@ def _kept(k: bytes, v) -> KeptVersion:
     return KeptVersion(h["time"], h["txn"], ArchiveState.from_json(body))
 
 
+def _kept_head(k: bytes, v) -> dict:
+    """The head of a kept version: its time, txn and (since roots) the time of the one before."""
+    head = bytes(unseal(b"VERS", bytes(k), v, "kept version")).partition(b"\n")[0]
+    return json.loads(head)
+
+
 def keep_version(txn, time: int, state: ArchiveState, retain: int) -> None:
     """Records ``state`` as the version current from ``time`` (committed by ``txn``), and drops
     the kept versions that no instant of the last ``retain`` chronons needs: those older than the
-    version that was current at ``time - retain``."""
+    version that was current at ``time - retain``. Each names the one before it (``prev``), so
+    a lost one is found (``kept_version_at``)."""
     key = _time_key(time)
-    head = json.dumps({"time": time, "txn": txn.id()}).encode()
+    cur = txn.cursor()
+    prev = _kept_head(cur.key(), cur.value())["time"] if _seek_at(cur, time - 1) else None
+    head = json.dumps({"time": time, "txn": txn.id(), "prev": prev}).encode()
     txn.put(key, seal(b"VERS", key, head + b"\n" + state.to_json()))
     cur = txn.cursor()
     if _seek_at(cur, time - retain):
@@ -353,9 +430,21 @@ def _seek_at(cur, t: int) -> bool:
 
 
 def kept_version_at(txn, t: int) -> KeptVersion | None:
-    """The kept version current at instant ``t`` (the newest with time <= t), or None."""
+    """The kept version current at instant ``t`` (the newest with time <= t), or None.
+    CorruptionError if the root or the next version's ``prev`` shows a newer one was lost (its
+    state would otherwise be read as of instants it does not cover)."""
     cur = txn.cursor()
-    return _kept(cur.key(), cur.value()) if _seek_at(cur, t) else None
+    if not _seek_at(cur, t):
+        return None
+    found = _kept(cur.key(), cur.value())
+    if cur.next() and bytes(cur.key()).startswith(b"ver/"):
+        after = _kept_head(cur.key(), cur.value()).get("prev", found.time)  # absent: kept before roots
+    else:
+        root = read_root(txn)
+        after = found.time if root is None else root["ver"]
+    if after != found.time:
+        raise CorruptionError(f"the archive's metadata lost the version kept for instant {after}: it is damaged")
+    return found
 
 
 def oldest_kept_version(txn) -> KeptVersion | None:
@@ -372,10 +461,12 @@ _PREFIX_TAGS = {b"run/": b"RUN2", b"ext/": b"EXTN", b"upd/": b"UPDT", b"ver/": b
 
 
 def check_all(txn) -> list[str]:
-    """Problems with any metadata entry: every key must be one ebb writes and every value must
-    pass its checksum (``verify`` runs this over the whole committed version)."""
+    """Problems with any metadata entry: every key must be one ebb writes, every value must
+    pass its checksum, and every entry the root names must be there with the checksum it names
+    (``verify`` runs this over the whole committed version)."""
     problems = []
     try:
+        problems += _check_root(txn)
         for k, v in txn.cursor().iternext():
             k = bytes(k)
             tag = _TAGS.get(k) or _PREFIX_TAGS.get(k[:4])
@@ -389,3 +480,39 @@ def check_all(txn) -> list[str]:
     except lmdb.Error as e:
         problems.append(f"the archive's metadata is damaged (LMDB: {e})")
     return problems
+
+
+def _check_root(txn) -> list[str]:
+    """Problems with the root: an entry it names that is missing or holds another value, a gap
+    in the update log or the newest record missing, a kept version lost from the chain."""
+    try:
+        root = read_root(txn)
+    except CorruptionError as e:
+        return [str(e)]
+    if root is None:
+        return []
+    out = []
+    for name, digest in root["keys"].items():
+        raw = _lookup(txn, name.encode())
+        if raw is None:
+            out.append(f"metadata: {name!r}, named by the root, is missing")
+        elif len(raw) < 12 or sealed_digest(raw) != digest:
+            out.append(f"metadata: {name!r} is not the value the root names")
+    try:
+        read_update_records(txn)
+    except CorruptionError as e:
+        out.append(str(e))
+    cur, times = txn.cursor(), []
+    if cur.set_range(b"ver/"):
+        for k, v in cur.iternext():
+            if not bytes(k).startswith(b"ver/"):
+                break
+            try:
+                times.append(_kept_head(k, v))
+            except CorruptionError:
+                times.append(None)  # check_all reports the value itself
+    heads = [h for h in times if h is not None]
+    links = [b.get("prev", a["time"]) == a["time"] for a, b in zip(heads, heads[1:])]
+    if not all(links) or (heads[-1]["time"] if heads else None) != root["ver"] and None not in times:
+        out.append("metadata: a version kept for earlier instants is missing")
+    return out

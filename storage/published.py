@@ -27,9 +27,10 @@ import shutil
 import lmdb
 
 from . import files
-from .errors import ArchiveError, FormatVersionError
+from .errors import ArchiveError, CorruptionError, FormatVersionError
 from .faults import crash_point
 from .files import write_durably
+from .lmdb_env import check_pages
 
 META_DIR = "meta"  # under the data directory
 CURRENT = "CURRENT"  # names the newest complete copy
@@ -164,6 +165,12 @@ class PublishedTxn:
         return getattr(self._txn, name)
 
 
+def copies(data_dir: str) -> list[str]:
+    """The directories of the complete copies published in ``data_dir``, oldest first."""
+    meta = meta_dir(data_dir)
+    return [os.path.join(meta, n) for n in _copies(meta)]
+
+
 def runs_dir(data_dir: str) -> str:
     return os.path.join(meta_dir(data_dir), RUNS_DIR)
 
@@ -192,8 +199,18 @@ def current_copy(data_dir: str, fmt: int) -> str:
 
 
 def open_copy(copy_dir: str) -> lmdb.Environment:
-    """A published copy opened read-only. No lock file: the copy never changes."""
+    """A published copy opened read-only, its pages checked. No lock file: the copy never
+    changes."""
     try:
-        return lmdb.open(copy_dir, readonly=True, lock=False, subdir=True, max_dbs=0, readahead=True)
+        env = lmdb.open(copy_dir, readonly=True, lock=False, subdir=True, max_dbs=0, readahead=True)
+    except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.PageNotFoundError) as e:  # its meta pages
+        raise CorruptionError(f"the published metadata in {copy_dir} is damaged (LMDB: {e})") from None
     except lmdb.Error as e:
         raise ArchiveError(f"cannot open the published metadata in {copy_dir}: {e}") from None
+    try:
+        with env.begin() as txn:
+            check_pages(env, txn)  # before LMDB walks a page of it
+    except BaseException:
+        env.close()
+        raise
+    return env

@@ -8,7 +8,7 @@ tasks with ``task_reader.execute``. A task skips blocks whose records all expire
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -73,6 +73,18 @@ class ReadTask:
     @property
     def keyed(self) -> bool:
         return bool(self.key_ranges)
+
+    def sections(self) -> list["ReadTask"]:
+        """This task cut where its blocks' section (``slot``) changes: the rows of each part come
+        out sorted by (key, exp), since a run is sorted within each section (docs/format.md; a
+        Rebuild run is one section). The sorted streams a range read merges."""
+        b = self.blocks
+        cuts = [0, *(i for i in range(1, len(b)) if b[i].slot != b[i - 1].slot), len(b)]
+        return [self.part(x, y) for x, y in zip(cuts, cuts[1:])]
+
+    def part(self, start: int, stop: int) -> "ReadTask":
+        """Blocks [start, stop) of this task, with their page sums."""
+        return replace(self, blocks=self.blocks[start:stop], page_sums=self.page_sums[start:stop])
 
 
 def where(subindex: int, draining: int) -> str:

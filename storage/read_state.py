@@ -23,6 +23,7 @@ import pyarrow as pa
 from .block_format import physical_schema
 from .config import ArchiveConfig
 from .files import OpenFiles
+from .lmdb_env import check_pages
 from .manifest import (
     ArchiveState, parse_config, parse_schema_history, parse_state, read_config_bytes, read_schema_bytes, read_state_bytes,
 )
@@ -79,6 +80,7 @@ class ReadState:
         seen = self._version
         if seen is not None and seen[0] is env and seen[1] == txn.id():
             return seen[2], seen[3]
+        check_pages(env, txn)  # a version this process has not read yet (cheap if checked)
         config, state = self.config(txn), self._parsed_state(env, txn)
         self._version = (env, txn.id(), config, state)
         return config, state

@@ -12,6 +12,7 @@ reader table), one a lease pins (a read in another process or on another machine
 
 from __future__ import annotations
 
+import errno
 import os
 
 import lmdb
@@ -20,7 +21,7 @@ from . import files
 from .faults import crash_point
 from .leases import oldest_pinned
 from .lmdb_env import oldest_reader_txn
-from .manifest import delete_run, oldest_kept_version, read_garbage, read_state, write_garbage
+from .manifest import delete_run, oldest_kept_version, read_garbage, read_state, seal_root, write_garbage
 
 
 def recover(env: lmdb.Environment, data_dir: str) -> list[str]:
@@ -68,4 +69,44 @@ def collect_garbage(env: lmdb.Environment, data_dir: str, pinned: int | None = N
                 done.append(f"reclaimed the first {end} bytes of run {name}")
             crash_point("gc.file_removed")
         write_garbage(txn, keep)
+        seal_root(txn)
     return done
+
+
+def held_bytes(env: lmdb.Environment, data_dir: str) -> int:
+    """The disk bytes that replaced space still holds: the garbage list's runs and run prefixes
+    that ``collect_garbage`` has not reclaimed yet because a version that may still be read (a
+    reader's, a lease's, a published or kept one) references them. A whole run counts its
+    allocated blocks; a dead prefix the part of it not yet punched out (a file's first data
+    offset, ``SEEK_DATA``, is where an earlier punch ended). Metrics read it (``ebb_pinned_bytes``);
+    it stats each file on the list, which holds a few entries per update not yet reclaimed."""
+    with env.begin() as txn:
+        garbage = read_garbage(txn)
+    whole: set[str] = set()
+    prefix: dict[str, int] = {}
+    for name, _, end in garbage:
+        if end is None:
+            whole.add(name)
+        else:  # several updates may each have dropped a longer prefix of one run
+            prefix[name] = max(prefix.get(name, 0), end)
+    total = 0
+    for name in whole:
+        try:
+            total += os.stat(os.path.join(data_dir, name)).st_blocks * 512
+        except FileNotFoundError:
+            pass  # removed by a collection that crashed before its commit: holds nothing
+    for name, end in prefix.items():
+        if name in whole:
+            continue
+        try:
+            fd = os.open(os.path.join(data_dir, name), os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            first_data = os.lseek(fd, 0, os.SEEK_DATA)
+        except OSError as e:  # ENXIO: no data left at all; else a file system without SEEK_DATA
+            first_data = end if e.errno == errno.ENXIO else 0
+        finally:
+            os.close(fd)
+        total += max(0, end - first_data)
+    return total

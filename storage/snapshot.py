@@ -14,13 +14,13 @@ import numpy as np
 import pyarrow as pa
 
 from . import leases
-from .arrow_np import from_np, to_np
 from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import ReadError
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
+from .range_stream import merged, ordered
 from .read_plan import Probe, ReadRequest, ReadTask, plan, sources, where
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
@@ -265,6 +265,22 @@ class Snapshot:
         for task in tasks:
             yield from self.read(task)
 
+    def read_range(self, tasks: list[ReadTask]) -> Iterator[pa.RecordBatch]:
+        """The records of ``tasks``, this snapshot's plan of a ``KeyRange``, ordered by (key, exp,
+        ts) and streamed in memory bounded by the plan's shape, not by the result: a merge of
+        every task's sections (``range_stream.merged``), each read a block at a time as the
+        merge asks for it. Nothing is read before the first batch is asked for."""
+        cfg = self.config
+        streams = (self._block_by_block(part) for task in tasks for part in task.sections())
+        return merged(streams, self.schema, cfg.key_column, cfg.exp_column, cfg.ts_column)
+
+    def _block_by_block(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
+        """``read`` of ``task`` one block at a time, so that no more than one block of it is
+        read ahead of what its consumer holds (a task reads up to 8 MiB of adjacent blocks
+        at once, ``task_reader.SPAN_BYTES``)."""
+        for i in range(len(task.blocks)):
+            yield from self.read(task.part(i, i + 1))
+
     def read_args(self) -> tuple[str, pa.Schema, ArchiveConfig]:
         """What ``read_unpinned`` needs besides a task: the data directory, schema and config."""
         return self._archive.data_dir, self.schema, self.config
@@ -283,21 +299,6 @@ class Snapshot:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def ordered(batches: list[pa.RecordBatch], schema: pa.Schema, key: str, exp: str, ts: str) -> pa.Table:
-    """The rows of ``batches`` as one table ordered by (key, exp, ts) (docs/spec.md: the order of
-    probe and range results), in memory of its own: keyed reads view mapped run files in place,
-    and a table the caller keeps must not change when an update later reclaims those blocks
-    (a punched page reads as zeros). Keyed reads return a few rows, so integer keys are ordered
-    with numpy on the batches' columns directly."""
-    table = pa.Table.from_batches(batches, schema=schema)
-    if table.num_rows < 2:
-        return table.take(np.arange(table.num_rows))
-    if pa.types.is_integer(schema.field(key).type):
-        order = np.lexsort([np.concatenate([to_np(b.column(c)) for b in batches]) for c in (ts, exp, key)])
-        return table.take(from_np(order))
-    return table.sort_by([(key, "ascending"), (exp, "ascending"), (ts, "ascending")])
 
 
 def read_unpinned(task: ReadTask, data_dir: str, schema: pa.Schema, config: ArchiveConfig) -> Iterator[pa.RecordBatch]:

@@ -14,11 +14,13 @@ interrupted update leaves them; the next update removes them).
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .archive import PublishedArchive
 from .block_format import INS_SLOT, decode_block, older_physical, physical_schema
 from .checksum import page_sums
 from .config import ArchiveConfig
@@ -26,20 +28,25 @@ from .errors import CorruptionError, EbbError
 from .files import parse_run_file
 from .leases import LEASE_DIR
 from .manifest import LiveRun, check_all, read_garbage, read_run
-from .published import META_DIR
+from .published import META_DIR, copies, current_copy, open_copy
 from .run_descriptor import PAGE_BYTES
 from .task_reader import read_block_bytes
 
 
-def verify(archive) -> tuple[list[str], list[str]]:
+def verify(archive, progress: Callable[[int, int], None] | None = None) -> tuple[list[str], list[str]]:
     """Returns (problems, notes). Problems mean the archive is damaged; notes are harmless
-    leftovers (e.g. files of an interrupted update, removed by the next update)."""
+    leftovers (e.g. files of an interrupted update, removed by the next update). ``progress``
+    is called with (runs checked, runs in all) after each run, the bulk of the work."""
     problems: list[str] = []
     notes: list[str] = []
     try:
         snap = archive.snapshot()
+    except CorruptionError:
+        raise  # the version cannot be read at all: the CLI reports it with the corruption code
     except EbbError as e:
         return [f"metadata: {e}"], notes
+    if archive.publishes or isinstance(archive, PublishedArchive):
+        problems += check_published(archive.data_dir)
     with snap:
         problems += check_all(snap.txn)
         cfg, state = snap.config, snap.state
@@ -50,6 +57,7 @@ def verify(archive) -> tuple[list[str], list[str]]:
         layouts = [(cfg, state.subindices, "")]
         for k, d in enumerate(state.draining, 1):
             layouts.append((ArchiveConfig(**d.config), d.subindices, f"draining layout {k}, "))
+        total, checked = sum(len(s.runs) for _, subs, _ in layouts for s in subs), 0
         for lcfg, subs, label in layouts:
             for i, s in enumerate(subs):
                 if lcfg.mode == "rebuild":
@@ -59,6 +67,9 @@ def verify(archive) -> tuple[list[str], list[str]]:
                         problems += _check_run(archive, snap, lcfg, i, run, label)
                     except EbbError as e:
                         problems.append(f"{label}I{i + 1}, run {run.name}: {e}")
+                    checked += 1
+                    if progress:
+                        progress(checked, total)
         referenced = state.run_names()
         try:
             pending = {g[0] for g in read_garbage(snap.txn)}
@@ -69,7 +80,7 @@ def verify(archive) -> tuple[list[str], list[str]]:
         for name in sorted(os.listdir(data_dir)):
             if name in referenced:
                 continue
-            if name == META_DIR and archive.publishes:
+            if name == META_DIR and (archive.publishes or isinstance(archive, PublishedArchive)):
                 notes.append(f"{name}: the metadata published for readers that mount only the data directory")
             elif name == LEASE_DIR:
                 notes.append(f"{name}: leases of reads in other processes on the versions they read")
@@ -80,6 +91,31 @@ def verify(archive) -> tuple[list[str], list[str]]:
             else:
                 notes.append(f"{name}: not an ebb file")
     return problems, notes
+
+
+def check_published(data_dir: str) -> list[str]:
+    """Problems with the metadata published in ``data_dir``: its pointer, and in every copy kept
+    the pages (``page_walk``), every entry's seal and the root."""
+    from .manifest import FORMAT_VERSION
+
+    try:
+        current_copy(data_dir, FORMAT_VERSION)
+    except EbbError as e:
+        return [f"published metadata: {e}"]
+    out = []
+    for copy in copies(data_dir):
+        try:
+            env = open_copy(copy)
+        except EbbError as e:
+            if "already open in this process" not in str(e):  # LMDB's one-environment rule: a
+                out.append(f"published copy {os.path.basename(copy)}: {e}")  # reader here checked it
+            continue
+        try:
+            with env.begin() as txn:
+                out += [f"published copy {os.path.basename(copy)}: {p}" for p in check_all(txn)]
+        finally:
+            env.close()
+    return out
 
 
 def _check_key_ranges(snap, i: int, runs: list[LiveRun], label: str) -> list[str]:

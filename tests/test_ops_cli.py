@@ -154,6 +154,7 @@ def test_ticks_without_input_skip_spark(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "starting Spark" not in r.stdout and r.stderr == ""
     assert r.stdout.count("no landed file in its input range, Spark skipped") == 5
+    assert r.stdout.splitlines()[-1].startswith("ran 5 ticks in ")
     st = json.loads(ebb("stats", tmp_path / "archive", "--format", "json").stdout)
     assert st["updates"] == 5 and st["last_update_time"] == 40
     r = ebb("run", job, "--until", 40)

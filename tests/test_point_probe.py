@@ -21,6 +21,7 @@ from ebb.storage import point_probe
 from ebb.storage.archive import Archive
 from ebb.storage.errors import CorruptionError
 from ebb.storage.read_plan import Probe
+from ebb.storage.snapshot import ordered
 
 from support import Oracle, config, rows_multiset
 
@@ -51,8 +52,14 @@ def rich_rows(rng: np.random.Generator, n: int, ts_lo: int, ts_hi: int, max_life
 
 
 def planned(reader: ArchiveReader, key: int, as_of: int) -> pa.Table:
-    """The same probe through read planning and the task reader (the path string keys take)."""
-    return reader._collect(Probe((key,)), as_of, None, None)
+    """The same probe through read planning and the task reader (the path string keys take),
+    its tasks counted in ``reader.io``."""
+    with reader.snapshot() as snap:
+        tasks = snap.plan(Probe((key,)), as_of)
+        for task in tasks:
+            reader.io.count(task)
+        cfg = snap.config
+        return ordered(list(snap.read_all(tasks)), snap.schema, cfg.key_column, cfg.exp_column, cfg.ts_column)
 
 
 @st.composite
