@@ -70,6 +70,15 @@ class VersionReclaimed(ReadError):
     the newest version. Names the archive, not its path: servers pass it on to clients."""
 
 
+class DataIOError(EbbError, OSError):
+    """The operating system failed a read of a data file (EIO and the like): the file may be
+    intact, and nothing was returned from the failed read. An OSError too, so that code
+    handling failed reads of files keeps doing so."""
+
+    def __str__(self) -> str:
+        return self.strerror  # the message alone, without OSError's "[Errno 5]"
+
+
 class CorruptionError(EbbError):
     """Stored bytes fail their checksum or are malformed. Nothing was returned from them."""
 

@@ -9,6 +9,10 @@ update code lets that exception through without cleaning up, as a real crash wou
 has been fsync'd and whether its directory entry has been. ``drop_unsynced`` then does what a
 power cut does to the page cache: files shrink to their synced length and files whose creation
 was never made durable disappear.
+
+``ReadFaults`` replaces ``files.READS`` (LevelDB's Env for reads): it fails the opens, ``fstat``s,
+``pread``s or ``mmap``s of run files with an errno from the n-th call on, or makes every
+``pread`` short.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import os
 import signal
 
 from . import files
+
+READ_CALLS = ("open", "fstat", "preadv", "mmap")
 
 POINTS = (
     "update.validated",  # batch checked, nothing written yet
@@ -99,3 +105,36 @@ class FaultInjectionFS(files.FileSystem):
         self.synced_size.clear()
         self.unsynced_create.clear()
         return done
+
+
+class ReadFaults(files.ReadEnv):
+    """A ReadEnv whose ``call`` (one of READ_CALLS) fails with ``errno`` from its ``nth`` use on
+    (``errno`` None: every ``preadv`` returns at most ``short`` bytes, as a read interrupted by
+    a signal may). ``calls`` counts the uses of each call."""
+
+    def __init__(self, call: str, errno: int | None, nth: int = 1, short: int = 1):
+        assert call in READ_CALLS and (errno is not None or call == "preadv")
+        self.calls = dict.fromkeys(READ_CALLS, 0)
+        self._errno, self._nth, self._short = errno, nth, short
+        real = getattr(files.ReadEnv, call)
+
+        def faulty(*args, **kw):
+            self.calls[call] += 1
+            if self.calls[call] < self._nth:
+                return real(*args, **kw)
+            if self._errno is not None:
+                raise OSError(self._errno, os.strerror(self._errno))
+            fd, bufs, offset = args
+            return real(fd, [memoryview(bufs[0])[:self._short]], offset)
+
+        for name in READ_CALLS:
+            setattr(self, name, faulty if name == call else self._counted(name))
+
+    def _counted(self, name: str):
+        real = getattr(files.ReadEnv, name)
+
+        def counted(*args, **kw):
+            self.calls[name] += 1
+            return real(*args, **kw)
+
+        return counted

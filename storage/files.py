@@ -4,7 +4,10 @@ Writes of data files go through ``FS`` (a ``FileSystem``), so that tests can swa
 ``faults.FaultInjectionFS``, which forgets every write not yet fsync'd when it simulates a crash.
 Reads use ``pread`` into fresh buffers that decoded blocks then view without copying: probes
 read exactly their blocks with read-ahead off (``POSIX_FADV_RANDOM``); scans and updates read
-large contiguous spans with read-ahead on (``POSIX_FADV_SEQUENTIAL``).
+large contiguous spans with read-ahead on (``POSIX_FADV_SEQUENTIAL``). They make their system
+calls through ``READS`` (a ``ReadEnv``), which tests swap for ``faults.ReadFaults`` to make them
+fail (EIO, short reads). A failed call is a ``DataIOError``; a file shorter than its descriptor
+says, a ``CorruptionError``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from .errors import CorruptionError
+from .errors import CorruptionError, DataIOError
 
 MARKER = "EBB"  # identifies an archive directory; holds the format version
 LOCK = "LOCK"  # flock'd by the one process that may update the archive
@@ -171,13 +174,36 @@ def write_durably(path: str, data: bytes) -> None:
 
 
 # -- reading ------------------------------------------------------------------------------------
+class ReadEnv:
+    """The system calls that read run files (LevelDB's Env, for reads). The attributes are the
+    calls themselves, not wrappers, so a read pays no Python call for the indirection; tests
+    replace ``READS`` with a ``faults.ReadFaults``."""
+
+    open = staticmethod(os.open)
+    fstat = staticmethod(os.fstat)
+    preadv = staticmethod(os.preadv)
+    mmap = mmap.mmap
+
+
+READS = ReadEnv()
+
+
+def read_failed(e: OSError, what: str) -> DataIOError:
+    """The ebb error for a read of a run file that the operating system failed with ``e``."""
+    return DataIOError(e.errno, f"{what}: the file cannot be read ({e.strerror or type(e).__name__})")
+
+
 def read_exact(fd: int, offset: int, length: int, what: str) -> pa.Buffer:
-    """``length`` bytes at ``offset`` in a fresh buffer; CorruptionError if the file is short."""
+    """``length`` bytes at ``offset`` in a fresh buffer; CorruptionError if the file is short,
+    DataIOError if the read fails. A short read is not an error: the rest is asked for again."""
     buf = pa.allocate_buffer(length)
     view = memoryview(buf)
     done = 0
     while done < length:
-        got = os.preadv(fd, [view[done:]], offset + done)
+        try:
+            got = READS.preadv(fd, [view[done:]], offset + done)
+        except OSError as e:
+            raise read_failed(e, what) from None
         if got == 0:
             raise CorruptionError(f"{what}: file ends at byte {offset + done}, its descriptor needs {offset + length}")
         done += got
@@ -216,7 +242,7 @@ class MappedSource:
 
     def __init__(self, fd: int, size: int):
         self.fd, self.size = -1, size  # owns ``fd`` only once mapped (the caller closes it on failure)
-        self._mmap = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
+        self._mmap = READS.mmap(fd, size, prot=mmap.PROT_READ) if size else None
         if self._mmap is not None:
             self._mmap.madvise(mmap.MADV_RANDOM)
         self._map = pa.py_buffer(self._mmap if self._mmap is not None else b"")
@@ -228,8 +254,12 @@ class MappedSource:
     def view(self, offset: int, length: int, what: str) -> pa.Buffer:
         """Bytes [offset, offset + length) of the file, zero-copy; CorruptionError if the file
         is shorter (checked against the file as it is now: touching a page past its end would
-        kill the process)."""
-        if offset + length > min(self.size, os.fstat(self.fd).st_size):
+        kill the process), DataIOError if that cannot be told."""
+        try:
+            size = READS.fstat(self.fd).st_size
+        except OSError as e:
+            raise read_failed(e, what) from None
+        if offset + length > min(self.size, size):
             raise CorruptionError(f"{what}: file ends before byte {offset + length}, its descriptor needs it")
         return self._map.slice(offset, length)
 
@@ -355,15 +385,20 @@ class OpenFiles:
                 self._open.move_to_end(key)
                 return src
         try:
-            fd = os.open(os.path.join(self.data_dir, name), os.O_RDONLY)
+            fd = READS.open(os.path.join(self.data_dir, name), os.O_RDONLY)
         except FileNotFoundError:
             raise CorruptionError(f"data file {name} is missing") from None
+        except OSError as e:
+            raise read_failed(e, f"data file {name}") from None
         try:
             if how == "map":
-                src = MappedSource(fd, os.fstat(fd).st_size)
+                src = MappedSource(fd, READS.fstat(fd).st_size)
             else:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL if how == "seq" else os.POSIX_FADV_RANDOM)
                 src = ReadSource(fd)
+        except OSError as e:
+            os.close(fd)
+            raise read_failed(e, f"data file {name}") from None
         except BaseException:
             os.close(fd)
             raise

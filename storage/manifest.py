@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from .checksum import seal, sealed_digest, unseal
 from .config import ArchiveConfig
-from .errors import CorruptionError
+from .errors import CorruptionError, EbbError
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
 
@@ -185,7 +185,11 @@ def seal_root(txn) -> None:
         for k, v in cur.iternext():
             if not bytes(k).startswith(b"ext/"):
                 break
-            keys[bytes(k).decode()] = sealed_digest(v)
+            try:
+                name = bytes(k).decode()
+            except UnicodeDecodeError:  # ebb writes UTF-8 names only: a damaged key
+                raise CorruptionError(f"a metadata key {bytes(k)!r} is damaged (not UTF-8)") from None
+            keys[name] = sealed_digest(v)
     root = {"keys": keys, "upd": _last_seq(txn), "ver": _newest_kept_time(txn)}
     body = bytes(unseal(b"STAT", b"state", read_state_bytes(txn), "archive state")).partition(b"\n")[0]
     txn.put(b"state", seal(b"STAT", b"state", body + b"\n" + json.dumps(root, separators=(",", ":")).encode()))
@@ -226,8 +230,25 @@ def read_config_bytes(txn) -> bytes:
     return _sealed(txn, b"config", "configuration")
 
 
+# what decoding a value that passed its seal raises if the value is malformed anyway (a writer's
+# bug); OSError: pyarrow's IPC reader reports a malformed stream so, though it reads memory here
+_MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, OverflowError, OSError,
+              pa.ArrowException)
+
+
+def _decoded(decode, payload: bytes, what: str):
+    """``decode(payload)``, a value that passed its seal; CorruptionError if it is malformed."""
+    try:
+        return decode(payload)
+    except CorruptionError:
+        raise
+    except _MALFORMED + (EbbError,) as e:
+        raise CorruptionError(f"the archive's {what} cannot be decoded ({type(e).__name__}): its metadata is damaged") \
+            from None
+
+
 def parse_config(raw: bytes) -> ArchiveConfig:
-    return ArchiveConfig.from_json(bytes(unseal(b"CONF", b"config", raw, "configuration")))
+    return _decoded(ArchiveConfig.from_json, bytes(unseal(b"CONF", b"config", raw, "configuration")), "configuration")
 
 
 def write_config(txn, cfg: ArchiveConfig) -> None:
@@ -239,7 +260,7 @@ def read_state_bytes(txn) -> bytes:
 
 
 def parse_state(raw: bytes) -> ArchiveState:
-    return ArchiveState.from_json(bytes(unseal(b"STAT", b"state", raw, "archive state")))
+    return _decoded(ArchiveState.from_json, bytes(unseal(b"STAT", b"state", raw, "archive state")), "state")
 
 
 def read_state(txn) -> ArchiveState:
@@ -265,12 +286,10 @@ def read_schema_bytes(txn) -> tuple[bytes, bytes] | None:
 
 def parse_schema_history(raw: tuple[bytes, bytes]) -> SchemaHistory:
     schema_raw, history_raw = raw
-    try:
-        schema = pa.ipc.read_schema(pa.py_buffer(bytes(unseal(b"SCHM", b"schema", schema_raw, "schema"))))
-    except pa.ArrowInvalid as e:
-        raise CorruptionError(f"the archive's schema cannot be decoded ({e}): its metadata is damaged") from None
+    payload = bytes(unseal(b"SCHM", b"schema", schema_raw, "schema"))
+    schema = _decoded(lambda b: pa.ipc.read_schema(pa.py_buffer(b)), payload, "schema")
     history = bytes(unseal(b"SCHH", b"schemas", history_raw, "schema history")) if history_raw else None
-    return SchemaHistory.from_json(schema, history)
+    return _decoded(lambda h: SchemaHistory.from_json(schema, h), history, "schema history")
 
 
 def read_schema_history(txn) -> SchemaHistory | None:

@@ -71,22 +71,38 @@ class PageCheck:
             self._rows(arr.type, arr.buffers(), a, b)
 
     def _rows(self, t: pa.DataType, bufs: list, a: int, b: int) -> None:
+        # each span is also checked against its buffer's size: the IPC reader does not, and bytes
+        # that match their sums may still be malformed (a writer's bug); reading past a buffer
+        # would return another column's bytes as values
         base = self.view.address
         if bufs[0] is not None:  # validity bitmap
             at = bufs[0].address - base
+            self._within(bufs[0], (b + 7) // 8)
             self.span(at + a // 8, at + (b + 7) // 8)
         values = bufs[1].address - base
         if t.id == _BOOL:
+            self._within(bufs[1], (b + 7) // 8)
             self.span(values + a // 8, values + (b + 7) // 8)
         elif t.id in _VARIABLE:
+            self._within(bufs[1], 4 * (b + 1))
             self.span(values + 4 * a, values + 4 * (b + 1))
             offsets = np.frombuffer(bufs[1], np.int32, b + 1 - a, 4 * a)
-            if bufs[2] is not None:
+            lo, hi = int(offsets[0]), int(offsets[-1])
+            if lo < 0 or hi < lo or b > a + 1 and (offsets[1:] < offsets[:-1]).any():
+                raise CorruptionError(f"{self.where}: string offsets {lo}-{hi} are malformed")
+            if hi > lo:
+                self._within(bufs[2], hi)
                 data = bufs[2].address - base
-                self.span(data + int(offsets[0]), data + int(offsets[-1]))
+                self.span(data + lo, data + hi)
         else:
             width = t.bit_width // 8
+            self._within(bufs[1], width * b)
             self.span(values + width * a, values + width * b)
+
+    def _within(self, buf: pa.Buffer | None, stop: int) -> None:
+        """CorruptionError unless ``buf`` holds at least ``stop`` bytes."""
+        if buf is None or buf.size < stop:
+            raise CorruptionError(f"{self.where}: a column's buffer is shorter than its rows")
 
 
 _BOOL = pa.bool_().id

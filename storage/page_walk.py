@@ -57,9 +57,12 @@ def _check(buf: np.ndarray, path: str, txn_id: int) -> None:
         return
     if meta is None:
         raise CorruptionError(f"{path}: no meta page names version {txn_id} (LMDB's meta pages are damaged)")
-    psize, last = meta["psize"], meta["last_pg"]
-    if psize not in (4096, 8192, 16384, 32768, 65536) or (last + 1) * psize > buf.size:
-        raise CorruptionError(f"{path}: its meta page gives page size {psize} and {last + 1} pages for {buf.size} bytes")
+    psize = meta["psize"]
+    if psize not in (4096, 8192, 16384, 32768, 65536):
+        raise CorruptionError(f"{path}: its meta page gives page size {psize}")
+    # LMDB may count pages it allocated but never wrote (the file then ends before the meta's
+    # last page); a tree must not reach past the file's end, where LMDB would fault
+    last = min(meta["last_pg"], buf.size // psize - 1)
     pages = buf[:(buf.size // psize) * psize].reshape(-1, psize)
     for name, (root, depth) in (("free list", meta["free"]), ("main", meta["main"])):
         if root != _INVALID:

@@ -28,7 +28,7 @@ else:
         from . import _point_probe
     except ImportError:  # not built (installed without a C compiler): point probes take the planned read
         _point_probe = None
-from .errors import CorruptionError
+from .errors import CorruptionError, DataIOError
 from .run_descriptor import RunDescriptor
 
 NATIVE = _point_probe is not None  # False: no ColumnLayout, so Snapshot.probe returns None
@@ -136,12 +136,14 @@ def probe(runs: ProbeRuns, key: int, as_of: int, schema: pa.Schema,
           what: str) -> tuple[pa.Table, list[tuple[int, int, int]]]:
     """The records of ``key`` valid at ``as_of`` in ``runs``, ordered by (exp, ts), as a table of
     ``schema`` (the archive schema); and (sub-index, blocks, bytes) of each run searched.
-    CorruptionError naming ``what`` and the run if a block is damaged."""
+    CorruptionError naming ``what`` and the run if a block is damaged, DataIOError if its file
+    cannot be read."""
     try:
         capsule, visited = _point_probe.probe(runs.native, key, as_of)
     except _point_probe.BlockError as e:
-        i, offset, msg = e.args
+        i, offset, msg, errnum = e.args
         run = runs.runs[i]
-        raise CorruptionError(f"{what}, {run.where}, run {run.name}, block at byte {offset}: {msg}") from None
+        msg = f"{what}, {run.where}, run {run.name}, block at byte {offset}: {msg}"
+        raise (DataIOError(errnum, msg) if errnum else CorruptionError(msg)) from None
     batch = pa.record_batch(_NativeBatch(schema, capsule))  # takes over the native allocation
     return pa.Table.from_batches([batch]), [(runs.runs[i].subindex, b, z) for i, b, z in visited]

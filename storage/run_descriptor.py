@@ -174,7 +174,13 @@ class RunDescriptor:
             keys = np.frombuffer(body, "<i8", 2 * n, pos).tolist()
             first, last = keys[:n], keys[n:]
         else:
-            first, last = json.loads(bytes(body[pos:end]))
+            try:
+                first, last = json.loads(bytes(body[pos:end]))
+            except (ValueError, TypeError, RecursionError):  # not JSON (or UTF-8), or not two lists
+                first = last = None
+            if not (type(first) is list and type(last) is list and len(first) == len(last) == n
+                    and all(type(k) is str for k in first + last)):
+                raise _malformed(what, name, "its keys")
         return RunDescriptor(head["name"], head["subindex"], blocks.copy(), first, last, sums, "page" in head,
                              head.get("schema", 0))
 
@@ -188,12 +194,23 @@ class RunDescriptor:
 
 def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.ndarray, int, int]:
     """(body, head, BLOCK entries (a view of body), where the keys start, where the page sums
-    start) of a sealed descriptor, after checking its seal."""
+    start) of a sealed descriptor, after checking its seal and that its parts fit together (a
+    valid seal over a malformed body, as a writer's bug would leave, is a CorruptionError too)."""
     body = unseal(_TAG, RunDescriptor.key(name), value, what)
+    if len(body) < _LEN.size:
+        raise _malformed(what, name, "no head")
     (hl,) = _LEN.unpack_from(body)
-    head = json.loads(bytes(body[4:4 + hl]))
+    try:
+        head = json.loads(bytes(body[4:4 + hl]))
+    except (ValueError, RecursionError):  # not JSON, or not UTF-8
+        head = None
+    if not (type(head) is dict and head.get("name") == name and type(head.get("subindex")) is int
+            and type(head.get("n")) is int and head["n"] >= 0 and head.get("keys") in ("int", "str")):
+        raise _malformed(what, name, "its head")
     n = head["n"]
     pos = 4 + hl
+    if len(body) < pos + n * BLOCK.itemsize:
+        raise _malformed(what, name, f"fewer than its {n} blocks")
     blocks = np.frombuffer(body, BLOCK, n, pos)
     pos += n * BLOCK.itemsize
     end = len(body)
@@ -201,6 +218,12 @@ def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.nda
         raise CorruptionError(f"{what}: run {name} names schema version {head['schema']!r}")
     if "page" in head:
         if head["page"] != PAGE_BYTES:
-            raise CorruptionError(f"{what}: run {name} has pages of {head['page']} bytes, this ebb reads {PAGE_BYTES}")
+            raise CorruptionError(f"{what}: run {name} has pages of {head['page']!r} bytes, this ebb reads {PAGE_BYTES}")
         end -= 4 * int(((blocks["length"].astype(np.int64) + PAGE_BYTES - 1) // PAGE_BYTES).sum())
+    if end < pos or head["keys"] == "int" and end - pos != 16 * n:
+        raise _malformed(what, name, "its keys and page sums do not fill it")
     return body, head, blocks, pos, end
+
+
+def _malformed(what: str, name: str, part: str) -> CorruptionError:
+    return CorruptionError(f"{what}: the descriptor of run {name} is malformed ({part})")

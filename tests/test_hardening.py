@@ -166,3 +166,14 @@ def test_a_read_only_server_refuses_writes_and_actions_in_one_line(archive):
 def test_a_reclaimed_version_is_a_retry_naming_the_archive():
     e = _flight_error(VersionReclaimed("archive arc: the version this read started on (update 3) was reclaimed"), "do_get")
     assert isinstance(e, flight.FlightUnavailableError) and "ebb: retry: archive arc" in str(e)
+
+
+def test_duplicate_column_names_in_a_later_load_are_rejected_whole(archive):
+    path, before = archive
+    table = pa.Table.from_arrays([pa.array([1]), pa.array([18]), pa.array([30]), pa.array(["a"]), pa.array(["b"])],
+                                 names=["key", "ts", "exp", "payload", "payload"])
+    with Archive(path) as arc:
+        with pytest.raises(RejectedBatch, match="payload"):
+            arc.load(table, 20)
+        assert arc.state().update_seq == 2
+        assert rows_multiset(ArchiveReader(arc).scan_table()) == before

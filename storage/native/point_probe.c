@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,8 +85,9 @@ typedef struct {
 } Layout;
 
 /* -- errors ------------------------------------------------------------------------------------ */
-/* The first failure of a probe, raised as BlockError once the GIL is held again (or MemoryError). */
-typedef struct { Py_ssize_t run; int64_t offset; int nomem; char msg[240]; } Error;
+/* The first failure of a probe, raised as BlockError once the GIL is held again (or MemoryError).
+ * ``errnum``: the errno of a failed system call (the file may be intact), 0 for damage found. */
+typedef struct { Py_ssize_t run; int64_t offset; int nomem, errnum; char msg[240]; } Error;
 
 static int fail(Error *err, Py_ssize_t run, int64_t offset, const char *fmt, ...) {
     va_list ap;
@@ -105,7 +107,7 @@ static int no_memory(Error *err) {
 static PyObject *raise(const Error *err) {
     if (err->nomem)
         return PyErr_NoMemory();
-    PyObject *args = Py_BuildValue("(nLs)", err->run, (long long)err->offset, err->msg);
+    PyObject *args = Py_BuildValue("(nLsi)", err->run, (long long)err->offset, err->msg, err->errnum);
     if (args != NULL) {
         PyErr_SetObject(BlockError, args);
         Py_DECREF(args);
@@ -319,7 +321,7 @@ static int decode(Block *b, const Layout *L, uint32_t rows, Column *cols) {
             return fail(b->err, b->run, b->offset, "cannot be decoded (column %d's buffers are too short)", c);
         if (nulls && (c == L->key || c == L->ts || c == L->exp))
             return fail(b->err, b->run, b->offset, "cannot be decoded (nulls in column %d)", c);
-        cols[c].validity = len[0] ? at[0] : NULL;
+        cols[c].validity = len[0] && nulls ? at[0] : NULL;  /* as Arrow reads it: no nulls counted, no bitmap */
         cols[c].values = at[1];
         cols[c].data = nbuf == 3 ? at[2] : NULL;
         cols[c].data_len = nbuf == 3 ? len[2] : 0;
@@ -550,7 +552,13 @@ static int prepare(Probe *P, Run *runs, const Layout *L, int64_t key, Error *err
         Entry e = C->e;
         struct stat st;
         uint64_t end = e.offset + e.length;
-        if (!r->have_map || fstat(r->fd, &st) < 0 || end > (uint64_t)st.st_size || end > (uint64_t)r->map.len)
+        if (r->have_map && fstat(r->fd, &st) < 0) {
+            int errnum = errno;
+            fail(err, C->run, (int64_t)e.offset, "the file cannot be read (%s)", strerror(errnum));
+            err->errnum = errnum;
+            return -1;
+        }
+        if (!r->have_map || end > (uint64_t)st.st_size || end > (uint64_t)r->map.len)
             return fail(err, C->run, (int64_t)e.offset, "file ends before byte %llu, its descriptor needs it",
                         (unsigned long long)end);
         C->b = (Block){(uint8_t *)r->map.buf + e.offset, e.length, NULL, NULL, C->run, e.offset, err};
@@ -951,7 +959,8 @@ static PyMethodDef methods[] = {
      "set's runs that may hold it; every page used is checked first. batch: a PyCapsule named\n"
      "\"arrow_array\" (the Arrow PyCapsule interface) holding the returned columns, for an object's\n"
      "__arrow_c_array__ to hand to pyarrow.record_batch. visited: (run index, blocks, bytes) of each run with blocks searched.\n"
-     "BlockError((run index, block offset, message)) if a block is damaged."},
+     "BlockError((run index, block offset, message, errno)) if a block is damaged (errno 0) or its file\n"
+     "cannot be read (the errno of the failed call)."},
     {NULL, NULL, 0, NULL},
 };
 
