@@ -17,6 +17,7 @@ was never made durable disappear.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 
@@ -69,14 +70,16 @@ def crash_point(name: str) -> None:
 
 
 class FaultInjectionFS(files.FileSystem):
-    """A FileSystem that can forget every write that was not made durable."""
+    """A FileSystem that can forget every write that was not made durable, and fill up: with
+    ``space`` set, writes fail with ENOSPC once that many bytes were written in all."""
 
-    def __init__(self):
+    def __init__(self, space: int | None = None):
         self.synced_size: dict[str, int] = {}
         self.unsynced_create: set[str] = set()
+        self.space = space
 
     def create(self, path: str) -> files.WritableFile:
-        f = super().create(path)
+        f = _FillingFile(path, self) if self.space is not None else super().create(path)
         self.synced_size[path] = 0
         self.unsynced_create.add(path)
         return f
@@ -105,6 +108,23 @@ class FaultInjectionFS(files.FileSystem):
         self.synced_size.clear()
         self.unsynced_create.clear()
         return done
+
+
+class _FillingFile(files.WritableFile):
+    """A new file on a device with ``fs.space`` bytes left: a write beyond them stores what fits
+    and fails with ENOSPC, as write(2) on a full file system does."""
+
+    def __init__(self, path: str, fs: FaultInjectionFS):
+        super().__init__(path)
+        self._fs = fs
+
+    def write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        fits = min(len(view), self._fs.space)
+        super().write(view[:fits])
+        self._fs.space -= fits
+        if fits < len(view):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
 
 
 class ReadFaults(files.ReadEnv):

@@ -10,10 +10,13 @@ after it (points behind it), verify clean after recovery, and take the next upda
 commit must not remove anything the committed state references.
 
 ``test_create_is_restartable``: ``Archive.create`` crashed half way can simply be run again.
+
+``test_a_full_disk_fails_the_update_whole``: ENOSPC at a random byte of an update's writes.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
@@ -168,3 +171,30 @@ def test_create_is_restartable(tmp_path, monkeypatch):
         assert arc.stats()["records"] == 1
     with pytest.raises(ArchiveError, match="already an ebb archive"):
         Archive.create(path, config())
+
+
+@pytest.mark.parametrize("mode", ["rebuild", "norebuild"])
+def test_a_full_disk_fails_the_update_whole(tmp_path, monkeypatch, mode):
+    """The data device fills up (ENOSPC) at a random byte of an update's writes: the update fails
+    with that error, the archive answers as before it, the next open's recovery removes the
+    partial files, and once there is space again the same update and the next one apply."""
+    rng = np.random.default_rng(11 if mode == "rebuild" else 12)
+    path = str(tmp_path / "arc")
+    arc, oracle = _build(path, mode, rng)
+    rows = random_rows(rng, 150, 23, 24, S, 12, "full")
+    for space in sorted(int(x) for x in rng.integers(0, 6000, 4)):
+        monkeypatch.setattr(files, "FS", FaultInjectionFS(space=space))
+        with pytest.raises(OSError) as e:
+            arc.load(table_of(rows, SCHEMA), 24)
+        assert e.value.errno == errno.ENOSPC, e.value
+        monkeypatch.setattr(files, "FS", files.FileSystem())
+        assert arc.state().update_seq == 4
+        assert archive_answers(arc, 22, PROBES, RANGES) == _answers(oracle, 22)
+    arc.close()
+    with Archive(path) as arc:
+        arc.recover()
+        assert verify(arc) == ([], [])
+        arc.load(table_of(rows, SCHEMA), 24)
+        oracle.load(rows, 24)
+        assert archive_answers(arc, 24, PROBES, RANGES) == _answers(oracle, 24)
+        assert verify(arc)[0] == []
