@@ -214,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    _shutdown_on_signal(server)
     auth = "token required" if args.token else "no token"
     if tls is not None:
         auth += ", mutual TLS" if tls.client_ca is not None else ", TLS"
@@ -233,6 +234,25 @@ def run(args: argparse.Namespace) -> int:
     announce(log, f"ebb: server stopped by {stopped_by[0]} (the running calls finished)", "stop", err=True,
              signal=stopped_by[0])
     return 0
+
+
+def _shutdown_on_signal(server) -> None:
+    """Shuts ``server`` down from a thread as soon as a signal with a Python handler arrives. A
+    signal that lands after the start line but before ``serve()`` has set up its own handling
+    would otherwise only flag Python's handler while the main thread waits in C++, forever: the
+    interpreter's C-level handler writes the signal to the wakeup fd at once, whatever the main
+    thread is doing."""
+    import threading
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)
+
+    def watch() -> None:
+        os.read(r, 1)
+        server.shutdown()
+
+    threading.Thread(target=watch, name="ebb-signal-watch", daemon=True).start()
 
 
 class _Watch:

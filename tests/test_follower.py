@@ -9,11 +9,17 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from ebb.query.reader import ArchiveReader
+from ebb.storage import point_probe
 from ebb.storage.archive import Archive
 
 from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
+
+# the follower prepares versions for the native point probe; without it (EBB_NATIVE=0, or not
+# built) it serves none, and every probe opens its own snapshot (the other tests' path)
+pytestmark = pytest.mark.skipif(not point_probe.NATIVE, reason="the native point probe is off")
 
 
 def _wait_served(reader: ArchiveReader, seq: int, timeout: float = 5.0) -> bool:
