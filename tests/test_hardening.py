@@ -7,6 +7,7 @@ token, unknown URL scheme) and the RPCs a read-only Flight server does not serve
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -177,3 +178,22 @@ def test_duplicate_column_names_in_a_later_load_are_rejected_whole(archive):
             arc.load(table, 20)
         assert arc.state().update_seq == 2
         assert rows_multiset(ArchiveReader(arc).scan_table()) == before
+
+
+def test_verify_checks_published_copies_through_the_archive_and_the_data_directory(tmp_path):
+    """ebb verify DATA_DIR checks the copies published there (it was refused as "not an ebb
+    archive"), and ebb verify ARCHIVE checks them too: a damaged copy fails both."""
+    path, data = str(tmp_path / "arc"), str(tmp_path / "shared")
+    rng = np.random.default_rng(3)
+    with Archive.create(path, config(), data_dir=data) as arc:
+        arc.load(pa.Table.from_pylist(random_rows(rng, 40, 4, 16, 16, 9), SCHEMA), 16)
+    assert ebb("verify", data).returncode == 0 and ebb("verify", path).returncode == 0
+    with open(f"{data}/meta/CURRENT") as f:
+        copy = f"{data}/meta/{json.load(f)['copy']}/data.mdb"
+    size = os.path.getsize(copy)
+    with open(copy, "r+b") as f:  # zero every page after the two meta pages: the copy's trees
+        f.seek(2 * 4096)
+        f.write(bytes(size - 2 * 4096))
+    for target in (data, path):
+        r = ebb("verify", target)
+        assert r.returncode in (5, 6) and "unexpected" not in r.stderr, (target, r.returncode, r.stdout, r.stderr)
