@@ -1,14 +1,15 @@
-"""Point probes of an int64 key, planned and executed in one native call.
+"""Point probes of a key (int64 or string), planned and executed in one native call.
 
 A point probe is the latency-critical read: a few rows from one or two blocks of each of a
 handful of runs. Through the general keyed path (``read_plan.plan``, then ``task_reader.execute``
-for each task) it costs a few hundred Python calls, several times the search itself. For an
-int64 key column, ``probe`` hands the runs of the snapshot to ``_point_probe.probe``
+for each task) it costs a few hundred Python calls, several times the search itself. So
+``probe`` hands the runs of the snapshot to ``_point_probe.probe``
 (storage/native/point_probe.c), which chooses the same blocks as ``read_plan.plan``, checks the
 page sum of every page before using it as ``page_check`` does, keeps the rows valid at
 ``as_of``, orders them by (exp, ts) and copies them into one Arrow record batch (handed over
 through the Arrow PyCapsule interface). Python prepares each run's arrays once (``RunArrays``, cached with the
-run's metadata) and imports the batch.
+run's metadata) and imports the batch. ``probe_many`` does the same for many keys in one call,
+reading each block once for all the keys it holds.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ _FIXED, _BOOL, _VARIABLE = 0, 1, 2
 @dataclass(frozen=True)
 class ColumnLayout:
     """How the native probe reads the stored (physical) schema: each column's kind and width,
-    where the key, ts and exp columns are, and how many columns it returns (all but the
-    hidden insertion slot, which is last)."""
+    where the key, ts and exp columns are, how many columns it returns (all but the hidden
+    insertion slot, which is last), and whether keys are text (a string key column)."""
 
     kinds: bytes  # int32 per column: fixed-width, bool or variable-width
     widths: bytes  # int32 bytes per value (fixed-width columns)
@@ -50,12 +51,19 @@ class ColumnLayout:
     ts: int
     exp: int
     returned: int
+    text_key: bool
+
+    def accepts(self, key) -> bool:
+        """Whether ``key`` is a key the native probe takes for this layout (else the planned read
+        answers, or rejects it, in its own terms)."""
+        return type(key) is str if self.text_key else type(key) is int and -(1 << 63) <= key < (1 << 63)
 
     @staticmethod
     def of(physical: pa.Schema, key: str, ts: str, exp: str) -> "ColumnLayout | None":
-        """The layout, or None if the key column is not int64 (string keys take the general path)
-        or the native module is missing (``NATIVE``)."""
-        if not NATIVE or physical.field(key).type != pa.int64():
+        """The layout, or None if the native module is missing (``NATIVE``) or the key column is
+        neither int64 nor string."""
+        key_type = physical.field(key).type
+        if not NATIVE or key_type not in (pa.int64(), pa.string()):
             return None
         kinds, widths = [], []
         for f in physical:
@@ -65,29 +73,43 @@ class ColumnLayout:
             widths.append(0 if var or pa.types.is_boolean(t) else t.bit_width // 8)
         i = physical.get_field_index
         return ColumnLayout(np.array(kinds, np.int32).tobytes(), np.array(widths, np.int32).tobytes(),
-                            i(key), i(ts), i(exp), len(physical) - 1)
+                            i(key), i(ts), i(exp), len(physical) - 1, key_type == pa.string())
 
 
 @dataclass(frozen=True)
 class RunArrays:
     """What the native probe needs of a run's descriptor, as contiguous arrays."""
 
-    first_keys: np.ndarray  # int64 per block
+    first_keys: np.ndarray  # int64 per block; text keys: their UTF-8 bytes, one after another
     last_keys: np.ndarray
     blocks: np.ndarray  # run_descriptor.BLOCK entries
     sections: np.ndarray  # int64: first block of each section, then the number of blocks
     page_start: np.ndarray  # int64: index in ``sums`` of each block's first page, then the total
     sums: np.ndarray | None  # uint32 page sums (None: written without them; blocks are checked whole)
+    first_at: np.ndarray | None = None  # text keys: int64 offsets of each block's first key, then the end
+    last_at: np.ndarray | None = None
 
     @staticmethod
     def of(desc: RunDescriptor, sums: np.ndarray | None) -> "RunArrays":
-        return RunArrays(np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64), desc.blocks,
-                         np.array(desc.section_bounds, np.int64), desc.page_start.astype(np.int64, copy=False), sums)
+        common = (desc.blocks, np.array(desc.section_bounds, np.int64), desc.page_start.astype(np.int64, copy=False), sums)
+        if desc.first_keys and type(desc.first_keys[0]) is str:
+            (first, first_at), (last, last_at) = _packed(desc.first_keys), _packed(desc.last_keys)
+            return RunArrays(first, last, *common, first_at, last_at)
+        return RunArrays(np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64), *common)
 
     @property
     def nbytes(self) -> int:
-        return 200 + sum(a.nbytes for a in (self.first_keys, self.last_keys, self.blocks, self.sections,
-                                             self.page_start) + ((self.sums,) if self.sums is not None else ()))
+        return 200 + sum(a.nbytes for a in (self.first_keys, self.last_keys, self.blocks, self.sections, self.page_start,
+                                             self.sums, self.first_at, self.last_at) if a is not None)
+
+
+def _packed(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Strings as their UTF-8 bytes one after another, and the int64 offset of each, then the end
+    (per block of a run, not per record; ``pyarrow.array`` would import pandas on first use)."""
+    encoded = [k.encode() for k in keys]
+    at = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(b) for b in encoded], out=at[1:])
+    return np.frombuffer(b"".join(encoded), np.uint8), at
 
 
 class RunToProbe(NamedTuple):
@@ -114,7 +136,7 @@ class ProbeRuns:
            layout: ColumnLayout) -> "ProbeRuns":
         """``runs`` with their mapped files, arrays and (max_exp, first_live), for a schema of ``layout``."""
         args = [(*src.native(), max_exp, first_live, a.first_keys, a.last_keys, a.blocks, a.sections, a.page_start,
-                 a.sums) for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
+                 a.sums, a.first_at, a.last_at) for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
         return ProbeRuns(runs, sources, _point_probe.run_set(args, layout.kinds, layout.widths, layout.key,
                                                              layout.ts, layout.exp, layout.returned))
 
@@ -132,14 +154,30 @@ class _NativeBatch:
         return self.schema.__arrow_c_schema__(), self.capsule
 
 
-def probe(runs: ProbeRuns, key: int, as_of: int, schema: pa.Schema,
+def probe(runs: ProbeRuns, key: int | str, as_of: int, schema: pa.Schema,
           what: str) -> tuple[pa.Table, list[tuple[int, int, int]]]:
     """The records of ``key`` valid at ``as_of`` in ``runs``, ordered by (exp, ts), as a table of
     ``schema`` (the archive schema); and (sub-index, blocks, bytes) of each run searched.
     CorruptionError naming ``what`` and the run if a block is damaged, DataIOError if its file
     cannot be read."""
+    return _result(runs, schema, what, _point_probe.probe, runs.native, key, as_of)
+
+
+def probe_many(runs: ProbeRuns, keys: np.ndarray, as_of: int, schema: pa.Schema,
+               what: str) -> tuple[pa.Table, list[tuple[int, int, int]]]:
+    """``probe`` of every key of ``keys`` (int64, or str for a string key column; ascending,
+    without repeats) in one native call, which decodes each block and checks each page once for
+    all the keys it holds: the records ordered by (key, exp, ts), and each run's blocks
+    searched, each block counted once."""
+    if keys.dtype == np.int64:
+        return _result(runs, schema, what, _point_probe.probe_many, runs.native, keys, as_of)
+    data, at = _packed(keys.tolist())
+    return _result(runs, schema, what, _point_probe.probe_many, runs.native, at, as_of, data)
+
+
+def _result(runs: ProbeRuns, schema: pa.Schema, what: str, call, *args) -> tuple[pa.Table, list[tuple[int, int, int]]]:
     try:
-        capsule, visited = _point_probe.probe(runs.native, key, as_of)
+        capsule, visited = call(*args)
     except _point_probe.BlockError as e:
         i, offset, msg, errnum = e.args
         run = runs.runs[i]

@@ -20,12 +20,38 @@ from .errors import ReadError
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
+from .point_probe import probe_many as point_probe_many
 from .range_stream import merged, ordered
 from .read_plan import Probe, ReadRequest, ReadTask, plan, sources, where
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
 from .timemodel import MAX_TIME
 from .task_reader import execute, prefetch_heads
+
+
+def key_array(keys, key_type: pa.DataType) -> np.ndarray:
+    """``keys`` (a sequence, or an Arrow or numpy array) as a numpy array of the key column's
+    values, ascending, each once; ReadError if they are not keys of ``key_type``. Integer keys
+    are not passed through ``pyarrow.array``, whose first call imports pandas (a quarter second)."""
+    if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+        keys = keys.to_numpy(zero_copy_only=False)
+    if pa.types.is_integer(key_type):
+        try:
+            arr = np.asarray(keys)
+            if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+                raise TypeError
+            if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+                raise OverflowError
+        except (TypeError, ValueError, OverflowError):
+            raise ReadError(f"probe keys must be integers within int64 (the key column is {key_type})") from None
+        return np.unique(arr.astype(np.int64, copy=False))
+    try:
+        values = pa.array(list(keys), key_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        raise ReadError(f"probe keys must be of the key column's type, {key_type}") from None
+    if values.null_count:
+        raise ReadError("probe keys cannot be null")
+    return np.unique(values.to_numpy(zero_copy_only=False))
 
 
 class Snapshot:
@@ -52,13 +78,16 @@ class Snapshot:
         self._physical = None if stored is None else stored.physical
         self._point_layout = None if stored is None else stored.point_layout
         self._runs: ProbeRuns | None = None  # this version's point-probe run set, once prepared
+        self._time: int | None = None  # ``time``, once asked for
 
     # -- time -----------------------------------------------------------------------------------
     @property
     def time(self) -> int:
         """Time of the last committed update (tau before the first)."""
-        tm = self.config.time
-        return tm.tau if self.state.last_slot is None else tm.time_of(self.state.last_slot)
+        if self._time is None:
+            tm = self.config.time
+            self._time = tm.tau if self.state.last_slot is None else tm.time_of(self.state.last_slot)
+        return self._time
 
     def check_as_of(self, as_of: int | None) -> int:
         """``as_of`` or the snapshot's time; ReadError for an instant before the oldest version
@@ -177,10 +206,31 @@ class Snapshot:
         added columns)."""
         t, state = self.version_at(as_of)
         layout = self._point_layout
-        if layout is None or type(key) is not int or not -(1 << 63) <= key < (1 << 63):
+        if layout is None or not layout.accepts(key):
             return None
         runs = self._point_runs(layout, subindices, state)
         return None if runs is None else point_probe(runs, key, t, self.schema, f"archive {self._archive.path}")
+
+    def probe_many(self, keys: np.ndarray | list, as_of: int | None = None,
+                   subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]]:
+        """The records of every key of ``keys`` valid at ``as_of``, ordered by (key, exp, ts), and
+        (sub-index, blocks, bytes) searched: ``probe`` of each key at once, in one native call
+        that decodes each block once for all its keys (int64 keys), else through the planned read
+        of one ``Probe`` of every key. Repeated keys are searched once."""
+        t, state = self.version_at(as_of)
+        if self.schema is None:
+            return pa.table({}), []
+        layout = self._point_layout
+        unique = key_array(keys, self.schema.field(self.config.key_column).type)
+        if not unique.size:
+            return self.schema.empty_table(), []
+        runs = None if layout is None else self._point_runs(layout, subindices, state)
+        if runs is not None:
+            return point_probe_many(runs, unique, t, self.schema, f"archive {self._archive.path}")
+        tasks = self.plan(Probe(tuple(unique.tolist())), as_of, subindices)
+        cfg = self.config
+        table = ordered(list(self.read_all(tasks)), self.schema, cfg.key_column, cfg.exp_column, cfg.ts_column)
+        return table, [(t.subindex, len(t.blocks), t.bytes) for t in tasks]
 
     def prepare_point_probes(self, read_metadata: bool = False) -> None:
         """Prepares what point probes of this version need (each run's arrays and map) ahead of
@@ -240,6 +290,11 @@ class Snapshot:
                 self._runs = found
             reads.keep_point_runs(state, found)
         return found
+
+    def probes_natively(self, key) -> bool:
+        """Whether a point probe of ``key`` (as of this version) takes the native path with the run
+        set already prepared, needing no metadata (``prepared_for_probes``)."""
+        return self._runs is not None and self._point_layout.accepts(key)
 
     @property
     def prepared_for_probes(self) -> bool:

@@ -1,9 +1,11 @@
 """The native point probe (storage/point_probe.py, storage/native/point_probe.c) against the
-planned read it replaces for int64 keys: the same rows in the same order, the same blocks
-counted, for every layout and mode, schemas with every stored type and nulls, tiny blocks (a
-key spread over several), keys inside, between and outside the stored ones, and as_of times
-after the last update. Then what it does with damage: a flipped byte in any page it uses, a
-truncated file under an open archive, and a version reclaimed under a remote reader."""
+planned read it replaces, for int64 and string keys: the same rows in the same order, the same
+blocks counted, for every layout and mode, schemas with every stored type and nulls, tiny
+blocks (a key spread over several), keys inside, between and outside the stored ones (for
+strings: empty, long, non-ASCII, sharing prefixes), and as_of times after the last update; the
+batch probe (``probe_many``) against single probes and the oracle. Then what it does with
+damage: a flipped byte in any page it uses, a truncated file under an open archive, and a
+version reclaimed under a remote reader."""
 
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ebb.query.reader import ArchiveReader, ReadStats
 from ebb.storage import point_probe
 from ebb.storage.archive import Archive
-from ebb.storage.errors import CorruptionError
+from ebb.storage.errors import CorruptionError, ReadError
 from ebb.storage.read_plan import Probe
 from ebb.storage.snapshot import ordered
 
@@ -36,7 +39,19 @@ RICH = pa.schema([
 ])
 
 
-def rich_rows(rng: np.random.Generator, n: int, ts_lo: int, ts_hi: int, max_life: int, keys: int) -> list[dict]:
+# string keys: empty, long, non-ASCII (2-, 3- and 4-byte UTF-8), a NUL, and many sharing prefixes
+TEXT_KEYS = sorted({"", "a", "ab", "abc", "b", "é", "日本", "日本語", "\U0001F600", "x" * 300, "x" * 301, "a\x00b",
+                    *(f"sensor-{i}" for i in range(0, 2000, 7)), *(f"sensor-{i:05d}" for i in range(0, 2000, 13))})
+TEXT_RICH = RICH.set(0, pa.field("key", pa.string()))
+
+
+def text_key(i: int) -> str:
+    """Key number ``i`` (any int) mapped onto TEXT_KEYS, keeping the int keys' spread."""
+    return TEXT_KEYS[i % len(TEXT_KEYS)]
+
+
+def rich_rows(rng: np.random.Generator, n: int, ts_lo: int, ts_hi: int, max_life: int, keys: int,
+              text: bool = False) -> list[dict]:
     ts = rng.integers(ts_lo, ts_hi + 1, n)
     life = rng.integers(1, max_life + 1, n)
     key = rng.integers(-keys, keys, n)
@@ -45,15 +60,15 @@ def rich_rows(rng: np.random.Generator, n: int, ts_lo: int, ts_hi: int, max_life
     for r in range(n):
         v = [float(rng.random()), bool(rng.random() < 0.5), "s" * int(rng.integers(0, 40)), bytes(rng.integers(0, 256, 3, np.uint8)),
              int(rng.integers(-2**31, 2**31)), Decimal(int(rng.integers(-10**6, 10**6))) / 1000, bytes(rng.integers(0, 256, 3, np.uint8))]
-        row = {"key": int(key[r]), "ts": int(ts[r]), "exp": int(ts[r] + life[r])}
+        row = {"key": text_key(int(key[r])) if text else int(key[r]), "ts": int(ts[r]), "exp": int(ts[r] + life[r])}
         row.update({name: None if null[r, c] else v[c] for c, name in enumerate(["f", "b", "s", "bin", "i", "dec", "fx"])})
         out.append(row)
     return out
 
 
-def planned(reader: ArchiveReader, key: int, as_of: int) -> pa.Table:
-    """The same probe through read planning and the task reader (the path string keys take),
-    its tasks counted in ``reader.io``."""
+def planned(reader: ArchiveReader, key, as_of: int) -> pa.Table:
+    """The same probe through read planning and the task reader, its tasks counted in
+    ``reader.io``."""
     with reader.snapshot() as snap:
         tasks = snap.plan(Probe((key,)), as_of)
         for task in tasks:
@@ -73,7 +88,7 @@ def archives(draw):
     ]))
     return dict(layout=layout, mode=draw(st.sampled_from(["rebuild", "norebuild"])),
                 block_bytes=draw(st.sampled_from([256, 700, 4096, 1 << 20])), keys=draw(st.sampled_from([3, 40, 2000])),
-                updates=draw(st.integers(1, 7)), seed=draw(st.integers(0, 2**32 - 1)))
+                updates=draw(st.integers(1, 7)), seed=draw(st.integers(0, 2**32 - 1)), text=draw(st.booleans()))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,11 +99,16 @@ def test_native_probe_answers_as_the_planned_read_and_the_oracle(sc):
         cfg = config(mode=sc["mode"], block_bytes=sc["block_bytes"], tau=16, delta=2, max_lifetime=12, **sc["layout"])
         with Archive.create(os.path.join(d, "a"), cfg) as arc:
             reader, oracle = ArchiveReader(arc), Oracle()
+            text = sc["text"]
             for T in range(16, 16 + 2 * sc["updates"], 2):
-                rows = rich_rows(rng, int(rng.integers(0, 300)), T - 12, T, 12, sc["keys"])
+                rows = rich_rows(rng, int(rng.integers(0, 300)), T - 12, T, 12, sc["keys"], text)
                 oracle.load(rows, T)
-                arc.load(pa.Table.from_pylist(rows, RICH), T)
+                arc.load(pa.Table.from_pylist(rows, TEXT_RICH if text else RICH), T)
                 keys = [int(k) for k in rng.integers(-sc["keys"] - 2, sc["keys"] + 2, 6)] + [-(2**63), 2**63 - 1]
+                if text:  # stored keys, and ones between, before and after them
+                    keys = [text_key(k) for k in keys] + ["", "a\x00", "sensor-", "sensor-00000", "日", "\uffff", "x" * 302]
+                many = reader.probe_many(keys, T)
+                assert many.equals(pa.concat_tables([planned(reader, k, T) for k in sorted(set(keys))]))
                 for k in keys:
                     for as_of in (T, T + int(rng.integers(1, 14))):
                         with arc.snapshot() as snap:
@@ -109,11 +129,12 @@ def test_native_probe_answers_as_the_planned_read_and_the_oracle(sc):
 
 
 def test_probes_of_other_keys_take_the_planned_path(tmp_path):
-    """String keys, and keys that are not an int64, are not probed natively."""
+    """Keys not of the key column's type are not probed natively."""
     with Archive.create(str(tmp_path / "a"), config()) as arc:
         arc.load(pa.table({"key": ["a", "b"], "ts": [10, 12], "exp": [20, 20]}), 16)
         with arc.snapshot() as snap:
-            assert snap.native_probe("a") is None
+            assert snap.native_probe(1) is None and snap.native_probe(b"a") is None
+            assert snap.native_probe("a")[0].num_rows == 1
         assert ArchiveReader(arc).probe("a").num_rows == 1
     with Archive.create(str(tmp_path / "b"), config()) as arc:
         arc.load(pa.table({"key": [1, 2], "ts": [10, 12], "exp": [20, 20]}), 16)
@@ -244,3 +265,35 @@ def test_more_runs_than_the_open_files_allow_take_the_planned_path(tmp_path):
                 assert (snap.native_probe(3) is not None) == native
             for k in range(-21, 21, 3):
                 assert rows_multiset(reader.probe(k)) == oracle.probe(k, 24)
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_probe_many_is_every_single_probe_in_key_order(tmp_path, text):
+    """10,000 keys (repeats, absent keys, keys outside the stored range) in one call: the rows of
+    each key's single probe, in (key, exp, ts) order, each equal to the oracle's; each block
+    counted once however many keys it held; an empty list gives no rows; keys of the wrong type
+    are a ReadError."""
+    rng = np.random.default_rng(5)
+    arc = Archive.create(str(tmp_path / "a"), config(block_bytes=16 << 10))
+    oracle = Oracle()
+    for T in (16, 18, 20):
+        rows = rich_rows(rng, 3000, T - 12, T, 14, 500, text)
+        oracle.load(rows, T)
+        arc.load(pa.Table.from_pylist(rows, TEXT_RICH if text else RICH), T)
+    reader = ArchiveReader(arc)
+    ints = rng.integers(-520, 520, 10_000)
+    keys = [text_key(int(k)) for k in ints] if text else ints
+    many = reader.probe_many(keys, 21)
+    unique = sorted(set(keys.tolist() if not text else keys))
+    assert many.equals(pa.concat_tables([reader.probe(k, 21) for k in unique]))
+    for k in unique[::25]:
+        assert rows_multiset(many.filter(pa.compute.equal(many["key"], k))) == oracle.probe(k, 21)
+    reader.io = ReadStats()
+    reader.probe_many(keys, 21)
+    with arc.snapshot() as snap:
+        blocks = sum(snap.descriptor(run.name).blocks.size for sub in snap.state.subindices for run in sub.runs)
+    assert reader.io.blocks_read <= blocks
+    assert reader.probe_many([], 21).num_rows == 0
+    with pytest.raises(ReadError):
+        reader.probe_many([1, 2] if text else ["a"], 21)
+    arc.close()

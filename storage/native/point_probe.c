@@ -74,15 +74,50 @@ static Entry entry_at(const uint8_t *blocks, Py_ssize_t b) {
 /* One column of a decoded block: where its buffers lie in the map (NULL validity: no nulls). */
 typedef struct { const uint8_t *validity, *values, *data; uint64_t data_len; } Column;
 
-/* One row to return: its block (candidate), its row, and what orders it. */
-typedef struct { Py_ssize_t block, row, seq; int64_t exp, ts; } Row;
+/* One row to return: its block (candidate), its row, and what orders it (``key``: the key's
+ * place among a batch probe's sorted keys, 0 for a single key). */
+typedef struct { Py_ssize_t block, row, seq, key; int64_t exp, ts; } Row;
 
 /* The stored schema (point_probe.ColumnLayout): each column's kind and width, where the key, ts
  * and exp columns are, and how many leading columns a probe returns. */
 typedef struct {
     int ncols, nout, key, ts, exp;
+    int text_key;  /* the key column is variable-width (string): keys compare as bytes */
     const int32_t *kind, *width;
 } Layout;
+
+/* A key: an int64, or (``text_key``) ``n`` bytes at ``s``, compared as unsigned bytes (UTF-8 in
+ * byte order is code point order, Python's and Arrow's order of strings). */
+typedef struct { int64_t i; const uint8_t *s; uint64_t n; } Key;
+
+static inline int compare_keys(const Key *a, const Key *b, int text) {
+    if (!text)
+        return a->i < b->i ? -1 : a->i > b->i;
+    uint64_t n = a->n < b->n ? a->n : b->n;
+    int c = n ? memcmp(a->s, b->s, n) : 0;
+    return c ? (c < 0 ? -1 : 1) : a->n < b->n ? -1 : a->n > b->n;
+}
+
+/* Where ``k`` lies between ``lo`` and ``hi`` (0 to 1, clamped): for text keys, by the 8 bytes
+ * after their common prefix, read as a big-endian number. */
+static double spread(const Key *lo, const Key *hi, const Key *k, int text) {
+    double a, b, x;
+    if (!text) {
+        a = (double)lo->i, b = (double)hi->i, x = (double)k->i;
+    } else {
+        uint64_t p = 0, n = lo->n < hi->n ? lo->n : hi->n;
+        while (p < n && lo->s[p] == hi->s[p])
+            p++;
+        uint64_t v[3] = {0, 0, 0};
+        const Key *ks[3] = {lo, hi, k};
+        for (int j = 0; j < 3; j++)
+            for (uint64_t q = p; q < p + 8; q++)
+                v[j] = (v[j] << 8) | (q < ks[j]->n ? ks[j]->s[q] : 0);
+        a = (double)v[0], b = (double)v[1], x = (double)v[2];
+    }
+    double f = b > a ? (x - a) / (b - a) : 0.0;
+    return f < 0 ? 0 : f > 1 ? 1 : f;
+}
 
 /* -- errors ------------------------------------------------------------------------------------ */
 /* The first failure of a probe, raised as BlockError once the GIL is held again (or MemoryError).
@@ -352,34 +387,50 @@ static int check_rows(Block *b, const Layout *L, const Column *col, int c, uint6
     return check_span(b, d + (uint64_t)lo, d + (uint64_t)hi);
 }
 
-/* The key of row ``row``, after checking the page it lies in: a search checks only the pages it
+/* The key of row ``row``, after checking the pages it lies in: a search checks only the pages it
  * reads, not the whole key column. */
-static int key_at(Block *b, const Column *k, uint64_t row, int64_t *key) {
-    uint64_t at = in_block(b, k->values) + 8 * row;
-    if (b->sums != NULL && !(b->checked[at / PAGE] && b->checked[(at + 7) / PAGE]) && check_span(b, at, at + 8) < 0)
+static int key_at(Block *b, const Column *k, int text, uint64_t row, Key *key) {
+    if (!text) {
+        uint64_t at = in_block(b, k->values) + 8 * row;
+        if (b->sums != NULL && !(b->checked[at / PAGE] && b->checked[(at + 7) / PAGE]) && check_span(b, at, at + 8) < 0)
+            return -1;
+        key->i = ldi64(k->values + 8 * row);
+        return 0;
+    }
+    uint64_t at = in_block(b, k->values) + 4 * row;
+    if (check_span(b, at, at + 8) < 0)
         return -1;
-    *key = ldi64(k->values + 8 * row);
+    int32_t lo = ldi32(k->values + 4 * row), hi = ldi32(k->values + 4 * row + 4);
+    if (lo < 0 || hi < lo || (uint64_t)hi > k->data_len)
+        return fail(b->err, b->run, b->offset, "cannot be decoded (key offsets %d-%d)", lo, hi);
+    uint64_t d = in_block(b, k->data);
+    if (check_span(b, d + (uint64_t)lo, d + (uint64_t)hi) < 0)
+        return -1;
+    key->s = k->data + lo;
+    key->n = (uint64_t)(hi - lo);
     return 0;
 }
 
 /* The first row (of ``rows``, sorted by key) whose key is >= ``key`` (``after``: > ``key``),
  * galloping out from row ``guess`` and then bisecting, so that a good guess reads a page or two. */
-static int search(Block *b, const Column *k, uint64_t rows, int64_t key, uint64_t guess, int after, uint64_t *out) {
+static int search(Block *b, const Column *k, int text, uint64_t rows, const Key *key, uint64_t guess, int after,
+                  uint64_t *out) {
     uint64_t lo, hi, step = 1;  /* rows before lo are below the bound, rows from hi on are not */
-    int64_t x;
+    Key x = {0};
+#define AT_OR_PAST(x) (compare_keys(&(x), key, text) > 0 || (!after && compare_keys(&(x), key, text) == 0))
     if (rows == 0) {
         *out = 0;
         return 0;
     }
     if (guess >= rows)
         guess = rows - 1;
-    if (key_at(b, k, guess, &x) < 0)
+    if (key_at(b, k, text, guess, &x) < 0)
         return -1;
-    if (x > key || (!after && x == key)) {
+    if (AT_OR_PAST(x)) {
         for (hi = guess, lo = 0; hi >= step; step *= 2) {
-            if (key_at(b, k, hi - step, &x) < 0)
+            if (key_at(b, k, text, hi - step, &x) < 0)
                 return -1;
-            if (!(x > key || (!after && x == key))) {
+            if (!AT_OR_PAST(x)) {
                 lo = hi - step + 1;
                 break;
             }
@@ -387,9 +438,9 @@ static int search(Block *b, const Column *k, uint64_t rows, int64_t key, uint64_
         }
     } else {
         for (lo = guess + 1, hi = rows; lo - 1 + step < rows; step *= 2) {
-            if (key_at(b, k, lo - 1 + step, &x) < 0)
+            if (key_at(b, k, text, lo - 1 + step, &x) < 0)
                 return -1;
-            if (x > key || (!after && x == key)) {
+            if (AT_OR_PAST(x)) {
                 hi = lo - 1 + step;
                 break;
             }
@@ -398,58 +449,59 @@ static int search(Block *b, const Column *k, uint64_t rows, int64_t key, uint64_
     }
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (key_at(b, k, mid, &x) < 0)
+        if (key_at(b, k, text, mid, &x) < 0)
             return -1;
-        if (x > key || (!after && x == key)) hi = mid; else lo = mid + 1;
+        if (AT_OR_PAST(x)) hi = mid; else lo = mid + 1;
     }
+#undef AT_OR_PAST
     *out = lo;
     return 0;
 }
 
 /* Rows [*a, *z) of the block (sorted by key) whose key is ``key``, searched from row ``guess``. */
-static int key_rows(Block *b, const Layout *L, const Column *cols, uint32_t rows, int64_t key, uint64_t guess,
+static int key_rows(Block *b, const Layout *L, const Column *cols, uint32_t rows, const Key *key, uint64_t guess,
                     uint64_t *a, uint64_t *z) {
-    if (search(b, &cols[L->key], rows, key, guess, 0, a) < 0)
+    if (search(b, &cols[L->key], L->text_key, rows, key, guess, 0, a) < 0)
         return -1;
-    return search(b, &cols[L->key], rows, key, *a, 1, z);
+    return search(b, &cols[L->key], L->text_key, rows, key, *a, 1, z);
 }
 
 /* -- the runs ---------------------------------------------------------------------------------- */
 /* What the caller passes for each run (a tuple built by point_probe.ProbeRuns.of), as buffers. */
 typedef struct {
-    Py_buffer map, first, last, blocks, sections, page_start, sums;
-    int have_map, have_sums, nbuf;
+    Py_buffer map, first, last, blocks, sections, page_start, sums, first_at, last_at;
+    int have_map, have_sums, nbuf, text;  /* text: first and last are bytes, first_at and last_at their int64 offsets */
     int fd;
     int64_t max_exp, first_live;
 } Run;
 
 static void release_run(Run *r) {
-    Py_buffer *all[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums};
-    for (int i = 0; i < r->nbuf; i++)
-        PyBuffer_Release(all[i]);
+    Py_buffer *all[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums, &r->first_at,
+                        &r->last_at};
+    for (int i = 0; i < 8; i++)
+        if (all[i]->obj != NULL)  /* acquired */
+            PyBuffer_Release(all[i]);
     if (r->have_map)
         PyBuffer_Release(&r->map);
 }
 
 static int open_run(PyObject *t, Run *r) {
-    PyObject *map, *first, *last, *blocks, *sections, *page_start, *sums;
+    PyObject *map, *first, *last, *blocks, *sections, *page_start, *sums, *first_at = Py_None, *last_at = Py_None;
     long long max_exp, first_live;
     memset(r, 0, sizeof *r);
-    if (!PyArg_ParseTuple(t, "OiLLOOOOOO", &map, &r->fd, &max_exp, &first_live, &first, &last, &blocks, &sections,
-                          &page_start, &sums))
+    if (!PyArg_ParseTuple(t, "OiLLOOOOOO|OO", &map, &r->fd, &max_exp, &first_live, &first, &last, &blocks, &sections,
+                          &page_start, &sums, &first_at, &last_at))
         return -1;
     r->max_exp = max_exp;
     r->first_live = first_live;
-    PyObject *objs[] = {first, last, blocks, sections, page_start, sums};
-    Py_buffer *bufs[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums};
-    for (int i = 0; i < 6; i++) {
-        if (i == 5 && sums == Py_None)
-            break;
-        if (PyObject_GetBuffer(objs[i], bufs[i], PyBUF_C_CONTIGUOUS) < 0)
-            return -1;
-        r->nbuf++;
-    }
     r->have_sums = sums != Py_None;
+    r->text = first_at != Py_None;
+    PyObject *objs[] = {first, last, blocks, sections, page_start, sums, first_at, last_at};
+    Py_buffer *bufs[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums, &r->first_at,
+                         &r->last_at};
+    for (int i = 0; i < 8; i++)
+        if (objs[i] != Py_None && PyObject_GetBuffer(objs[i], bufs[i], PyBUF_C_CONTIGUOUS) < 0)
+            return -1;
     if (map != Py_None) {
         if (PyObject_GetBuffer(map, &r->map, PyBUF_SIMPLE) < 0)
             return -1;
@@ -458,18 +510,35 @@ static int open_run(PyObject *t, Run *r) {
     return 0;
 }
 
-/* First index in [a, b) of the sorted int64 ``v`` whose value is >= key (``after``: > key). */
-static Py_ssize_t bisect(const uint8_t *v, Py_ssize_t a, Py_ssize_t b, int64_t key, int after) {
+/* Key ``i`` of a run's first (``last``: last) keys of its blocks. */
+static inline Key run_key(const Run *r, int last, Py_ssize_t i) {
+    const Py_buffer *v = last ? &r->last : &r->first;
+    Key k = {0};
+    if (!r->text) {
+        k.i = ldi64((const uint8_t *)v->buf + 8 * i);
+    } else {
+        const uint8_t *at = (const uint8_t *)(last ? r->last_at.buf : r->first_at.buf);
+        int64_t lo = ldi64(at + 8 * i), hi = ldi64(at + 8 * i + 8);
+        k.s = (const uint8_t *)v->buf + lo;
+        k.n = (uint64_t)(hi - lo);
+    }
+    return k;
+}
+
+/* First block index in [a, b) whose first (``last``: last) key is >= key (``after``: > key). */
+static Py_ssize_t bisect(const Run *r, int last, Py_ssize_t a, Py_ssize_t b, const Key *key, int after) {
     while (a < b) {
         Py_ssize_t mid = (a + b) / 2;
-        int64_t x = ldi64(v + 8 * mid);
-        if (x < key || (after && x == key)) a = mid + 1; else b = mid;
+        Key x = run_key(r, last, mid);
+        int c = compare_keys(&x, key, r->text);
+        if (c < 0 || (after && c == 0)) a = mid + 1; else b = mid;
     }
     return a;
 }
 
 static int compare_rows(const void *x, const void *y) {
     const Row *a = x, *b = y;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
     if (a->exp != b->exp) return a->exp < b->exp ? -1 : 1;
     if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
     return a->seq < b->seq ? -1 : a->seq > b->seq;
@@ -508,7 +577,7 @@ static void free_probe(Probe *P) {
 }
 
 /* The live blocks of each run whose key range holds ``key`` (read_plan.plan's choice). */
-static int plan(Probe *P, Run *runs, Py_ssize_t nruns, int64_t key, int64_t as_of, Error *err) {
+static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t as_of, Error *err) {
     Py_ssize_t cap = 0;
     for (Py_ssize_t i = 0; i < nruns; i++) {
         Run *r = &runs[i];
@@ -521,7 +590,7 @@ static int plan(Probe *P, Run *runs, Py_ssize_t nruns, int64_t key, int64_t as_o
             if (b > nblocks) b = nblocks;
             if (a >= b)
                 continue;
-            Py_ssize_t start = bisect(r->last.buf, a, b, key, 0), stop = bisect(r->first.buf, a, b, key, 1);
+            Py_ssize_t start = bisect(r, 1, a, b, key, 0), stop = bisect(r, 0, a, b, key, 1);
             for (Py_ssize_t blk = start; blk < stop; blk++) {
                 Entry e = entry_at(r->blocks.buf, blk);
                 if (e.max_exp <= as_of)
@@ -542,7 +611,7 @@ static int plan(Probe *P, Run *runs, Py_ssize_t nruns, int64_t key, int64_t as_o
  * each block reads first, all at once, so that a cold cache reads the blocks of every run in
  * parallel: the metadata page and, when only fixed-width columns precede the key column, the
  * pages about where the key should be. */
-static int prepare(Probe *P, Run *runs, const Layout *L, int64_t key, Error *err) {
+static int prepare(Probe *P, Run *runs, const Layout *L, const Key *key, Error *err) {
     int variable_first = 0;
     for (int c = 0; c <= L->key; c++)
         variable_first |= L->kind[c] == VARIABLE;
@@ -575,9 +644,8 @@ static int prepare(Probe *P, Run *runs, const Layout *L, int64_t key, Error *err
                 return no_memory(err);
             head = e.length < PAGE ? e.length : PAGE;
         }
-        int64_t first = ldi64((uint8_t *)r->first.buf + 8 * C->index), last = ldi64((uint8_t *)r->last.buf + 8 * C->index);
-        double f = last > first ? ((double)key - (double)first) / ((double)last - (double)first) : 0.0;
-        C->guess = e.rows ? (uint64_t)((f < 0 ? 0 : f > 1 ? 1 : f) * (e.rows - 1)) : 0;
+        Key first = run_key(r, 0, C->index), last = run_key(r, 1, C->index);
+        C->guess = e.rows ? (uint64_t)(spread(&first, &last, key, r->text) * (e.rows - 1)) : 0;
         if (ahead_add(&P->ahead, C->b.p, C->b.p + head, err) < 0)
             return -1;
         if (head < e.length && !variable_first) {
@@ -596,7 +664,7 @@ static int prepare(Probe *P, Run *runs, const Layout *L, int64_t key, Error *err
 /* Decodes each candidate block in place and finds the key's rows in it (a block without page sums
  * is checked whole first). Then asks, for all blocks at once, for the found rows of every other
  * returned column, or for the whole block if most of it is asked for. */
-static int search_blocks(Probe *P, const Layout *L, int64_t key, Error *err) {
+static int search_blocks(Probe *P, const Layout *L, const Key *key, Error *err) {
     for (Py_ssize_t k = 0; k < P->ncand; k++) {
         Candidate *C = &P->cand[k];
         Block *b = &C->b;
@@ -660,12 +728,166 @@ static int collect(Probe *P, const Layout *L, int64_t as_of, Error *err) {
                 continue;
             if (grow(&P->rows, P->nrows, &cap, sizeof(Row), err) < 0)
                 return -1;
-            P->rows[P->nrows] = (Row){k, (Py_ssize_t)row, P->nrows, exp, ts};
+            P->rows[P->nrows] = (Row){k, (Py_ssize_t)row, P->nrows, 0, exp, ts};
             P->nrows++;
         }
     }
     if (P->nrows > 1)  /* one key: (key, exp, ts) order is (exp, ts) order */
         qsort(P->rows, P->nrows, sizeof(Row), compare_rows);
+    return 0;
+}
+
+/* -- batch probes: many keys in one call -------------------------------------------------------- */
+/* A batch searches each key as a single probe does, in the blocks read_plan.plan would choose for
+ * it, but decodes each block and checks each page once for all the keys it holds: a block is a
+ * candidate the first time a key needs it (``slot``), and its ``checked`` pages stay checked for
+ * the rest of the call. With several keys a block on average, each block is advised whole as it
+ * is first needed (on a cold cache, one read of it); with fewer, a key reads a page or two. */
+typedef struct {
+    Probe P;
+    Py_ssize_t cap;
+    Py_ssize_t **slot;  /* per run: candidate index + 1 of each block (0: not a candidate yet) */
+    int64_t *size;      /* per run: its file's size, read once (-1: not yet) */
+    int advise;         /* enough keys that a block is mostly read: ask for each block whole */
+} Batch;
+
+static void free_batch(Batch *B, Py_ssize_t nruns) {
+    for (Py_ssize_t i = 0; B->slot != NULL && i < nruns; i++)
+        free(B->slot[i]);
+    free(B->slot);
+    free(B->size);
+    free_probe(&B->P);
+}
+
+/* The candidate of block ``blk`` of run ``i``, checked against its file and decoded (once). */
+static int batch_block(Batch *B, Run *runs, Py_ssize_t i, Py_ssize_t blk, const Layout *L, Error *err, Candidate **out) {
+    Probe *P = &B->P;
+    Run *r = &runs[i];
+    if (B->slot[i] == NULL && (B->slot[i] = calloc(r->blocks.len / ENTRY_BYTES + 1, sizeof(Py_ssize_t))) == NULL)
+        return no_memory(err);
+    if (B->slot[i][blk]) {
+        *out = &P->cand[B->slot[i][blk] - 1];
+        return 0;
+    }
+    Entry e = entry_at(r->blocks.buf, blk);
+    uint64_t end = e.offset + e.length;
+    if (B->size[i] < 0 && r->have_map) {
+        struct stat st;
+        if (fstat(r->fd, &st) < 0) {
+            int errnum = errno;
+            fail(err, i, (int64_t)e.offset, "the file cannot be read (%s)", strerror(errnum));
+            err->errnum = errnum;
+            return -1;
+        }
+        B->size[i] = st.st_size;
+    }
+    if (!r->have_map || end > (uint64_t)B->size[i] || end > (uint64_t)r->map.len)
+        return fail(err, i, (int64_t)e.offset, "file ends before byte %llu, its descriptor needs it", (unsigned long long)end);
+    if (grow(&P->cand, P->ncand, &B->cap, sizeof(Candidate), err) < 0)
+        return -1;
+    Candidate *C = &P->cand[P->ncand++];
+    *C = (Candidate){.run = i, .index = blk, .e = e};
+    B->slot[i][blk] = P->ncand;
+    P->seen[i]++;
+    P->bytes[i] += e.length;
+    C->b = (Block){(uint8_t *)r->map.buf + e.offset, e.length, NULL, NULL, i, e.offset, err};
+    if (B->advise) {
+        if (ahead_add(&P->ahead, C->b.p, C->b.p + e.length, err) < 0)
+            return -1;
+        ahead_flush(&P->ahead);
+    }
+    if (r->have_sums) {
+        uint64_t npages = ((uint64_t)e.length + PAGE - 1) / PAGE;
+        int64_t p0 = ldi64((uint8_t *)r->page_start.buf + 8 * blk), p1 = ldi64((uint8_t *)r->page_start.buf + 8 * blk + 8);
+        if (p0 < 0 || p1 - p0 != (int64_t)npages || (uint64_t)p1 * 4 > (uint64_t)r->sums.len)
+            return fail(err, i, (int64_t)e.offset, "has %lld page sums for %u bytes", (long long)(p1 - p0), e.length);
+        C->b.sums = (const uint32_t *)r->sums.buf + p0;
+        if ((C->b.checked = calloc(npages ? npages : 1, 1)) == NULL)
+            return no_memory(err);
+    } else if (XXH3_64bits(C->b.p, C->b.len) != e.checksum)
+        return fail(err, i, (int64_t)e.offset, "fails its checksum");
+    if ((C->cols = calloc(L->ncols, sizeof(Column))) == NULL)
+        return no_memory(err);
+    if (decode(&C->b, L, e.rows, C->cols) < 0)
+        return -1;
+    *out = C;
+    return 0;
+}
+
+/* The rows of key ``keys[k]`` valid at ``as_of`` in every run, appended to the batch's rows with
+ * ``key`` = k (their order among the keys). */
+static int batch_key(Batch *B, Run *runs, Py_ssize_t nruns, const Layout *L, const Key *key, Py_ssize_t k, int64_t as_of,
+                     Py_ssize_t *row_cap, Error *err) {
+    Probe *P = &B->P;
+    for (Py_ssize_t i = 0; i < nruns; i++) {
+        Run *r = &runs[i];
+        if (r->max_exp <= as_of)
+            continue;
+        Py_ssize_t nblocks = r->blocks.len / ENTRY_BYTES, nsec = r->sections.len / 8;
+        for (Py_ssize_t s = 0; s + 1 < nsec; s++) {
+            Py_ssize_t a = ldi64((uint8_t *)r->sections.buf + 8 * s), b = ldi64((uint8_t *)r->sections.buf + 8 * s + 8);
+            if (a < r->first_live) a = r->first_live;
+            if (b > nblocks) b = nblocks;
+            if (a >= b)
+                continue;
+            Py_ssize_t start = bisect(r, 1, a, b, key, 0), stop = bisect(r, 0, a, b, key, 1);
+            for (Py_ssize_t blk = start; blk < stop; blk++) {
+                Candidate *C = NULL;
+                if (entry_at(r->blocks.buf, blk).max_exp <= as_of)
+                    continue;
+                if (batch_block(B, runs, i, blk, L, err, &C) < 0)
+                    return -1;
+                Key first = run_key(r, 0, blk), last = run_key(r, 1, blk);
+                uint64_t guess = C->e.rows ? (uint64_t)(spread(&first, &last, key, r->text) * (C->e.rows - 1)) : 0, lo, hi;
+                if (key_rows(&C->b, L, C->cols, C->e.rows, key, guess, &lo, &hi) < 0)
+                    return -1;
+                for (int c = 0; c < L->nout && hi > lo; c++)
+                    if (check_rows(&C->b, L, &C->cols[c], c, lo, hi) < 0)
+                        return -1;
+                for (uint64_t row = lo; row < hi; row++) {
+                    int64_t ts = ldi64(C->cols[L->ts].values + 8 * row), exp = ldi64(C->cols[L->exp].values + 8 * row);
+                    if (!(ts <= as_of && as_of < exp))
+                        continue;
+                    if (grow(&P->rows, P->nrows, row_cap, sizeof(Row), err) < 0)
+                        return -1;
+                    P->rows[P->nrows] = (Row){C - P->cand, (Py_ssize_t)row, P->nrows, k, exp, ts};
+                    P->nrows++;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* A batch's keys: ``n`` int64 at ``ints``, or (text) ``n`` strings of ``data`` between int64 ``offsets``. */
+typedef struct { Py_ssize_t n; const uint8_t *ints, *offsets, *data; } Keys;
+
+static inline Key key_of(const Keys *keys, Py_ssize_t k) {
+    Key key = {0};
+    if (keys->ints != NULL) {
+        key.i = ldi64(keys->ints + 8 * k);
+    } else {
+        int64_t lo = ldi64(keys->offsets + 8 * k), hi = ldi64(keys->offsets + 8 * k + 8);
+        key.s = keys->data + lo;
+        key.n = (uint64_t)(hi - lo);
+    }
+    return key;
+}
+
+/* Every key of ``keys`` (ascending) searched in turn; the rows ordered by (key, exp, ts). */
+static int batch_probe(Batch *B, Run *runs, Py_ssize_t nruns, const Layout *L, const Keys *keys, int64_t as_of,
+                       Error *err) {
+    Py_ssize_t row_cap = 0, blocks = 0;
+    for (Py_ssize_t i = 0; i < nruns; i++)
+        blocks += runs[i].blocks.len / ENTRY_BYTES;
+    B->advise = keys->n >= 4 * blocks;
+    for (Py_ssize_t k = 0; k < keys->n; k++) {
+        Key key = key_of(keys, k);
+        if (batch_key(B, runs, nruns, L, &key, k, as_of, &row_cap, err) < 0)
+            return -1;
+    }
+    if (B->P.nrows > 1)
+        qsort(B->P.rows, B->P.nrows, sizeof(Row), compare_rows);
     return 0;
 }
 
@@ -833,6 +1055,18 @@ static void free_runset(RunSet *S) {
 
 static void destroy_runset(PyObject *capsule) { free_runset(PyCapsule_GetPointer(capsule, RUNSET)); }
 
+/* Whether int64 offsets ``at`` ascend from 0 to ``len``. */
+static int offsets_fit(const Py_buffer *at, Py_ssize_t len) {
+    Py_ssize_t n = at->len / 8;
+    const uint8_t *v = at->buf;
+    if (n < 1 || ldi64(v) != 0 || ldi64(v + 8 * (n - 1)) != len)
+        return 0;
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (ldi64(v + 8 * i) < ldi64(v + 8 * (i - 1)))
+            return 0;
+    return 1;
+}
+
 static PyObject *run_set(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *runs_obj, *kind_obj, *width_obj;
@@ -848,10 +1082,11 @@ static PyObject *run_set(PyObject *self, PyObject *args) {
     L->ncols = (int)(S->kind_buf.len / 4);
     L->kind = S->kind_buf.buf;
     L->width = S->width_buf.buf;
+    L->text_key = L->ncols > L->key && L->key >= 0 && L->kind[L->key] == VARIABLE;
     if (L->ncols < 1 || L->ncols > MAX_COLUMNS || S->width_buf.len != S->kind_buf.len || L->nout < 1 ||
         L->nout > L->ncols || L->key < 0 || L->key >= L->nout || L->ts < 0 || L->ts >= L->nout || L->exp < 0 ||
-        L->exp >= L->nout || L->kind[L->key] != FIXED || L->width[L->key] != 8 || L->width[L->ts] != 8 ||
-        L->width[L->exp] != 8) {
+        L->exp >= L->nout || (L->kind[L->key] != VARIABLE && (L->kind[L->key] != FIXED || L->width[L->key] != 8)) ||
+        L->width[L->ts] != 8 || L->width[L->exp] != 8) {
         PyErr_SetString(PyExc_ValueError, "bad column layout");
         goto fail;
     }
@@ -873,8 +1108,10 @@ static PyObject *run_set(PyObject *self, PyObject *args) {
             goto fail;
         }
         Py_ssize_t nb = r->blocks.len / ENTRY_BYTES;
-        if (r->blocks.len != nb * ENTRY_BYTES || r->first.len != 8 * nb || r->last.len != 8 * nb ||
-            r->page_start.len != 8 * (nb + 1) || r->sections.len % 8) {
+        int keys_ok = !r->text ? !L->text_key && r->first.len == 8 * nb && r->last.len == 8 * nb
+                    : L->text_key && r->first_at.len == 8 * (nb + 1) && r->last_at.len == 8 * (nb + 1) &&
+                      offsets_fit(&r->first_at, r->first.len) && offsets_fit(&r->last_at, r->last.len);
+        if (r->blocks.len != nb * ENTRY_BYTES || !keys_ok || r->page_start.len != 8 * (nb + 1) || r->sections.len % 8) {
             Py_DECREF(seq);
             PyErr_SetString(PyExc_ValueError, "run arrays disagree");
             goto fail;
@@ -890,11 +1127,48 @@ fail:
     return NULL;
 }
 
+/* (batch, visited) of a finished probe (see ``probe``'s doc string), or NULL with an exception. */
+static PyObject *result_of(const RunSet *S, Probe *P) {
+    struct ArrowArray *out = batch(&S->L, P->cand, P->rows, P->nrows);
+    if (out == NULL)
+        return NULL;
+    PyObject *visited = PyList_New(0);
+    if (visited == NULL) {
+        release_batch(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < S->nruns; i++) {
+        if (!P->seen[i])
+            continue;
+        PyObject *v = Py_BuildValue("(nLL)", i, (long long)P->seen[i], (long long)P->bytes[i]);
+        if (v == NULL || PyList_Append(visited, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(visited);
+            release_batch(out);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    PyObject *handed = batch_capsule(out);  /* owns the batch from here */
+    return handed == NULL ? (Py_DECREF(visited), NULL) : Py_BuildValue("(NN)", handed, visited);
+}
+
+static int start_probe(const RunSet *S, Probe *P) {
+    P->seen = calloc(S->nruns ? S->nruns : 1, sizeof(int64_t));
+    P->bytes = calloc(S->nruns ? S->nruns : 1, sizeof(int64_t));
+    if (P->seen == NULL || P->bytes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    open_pidfd();
+    return 0;
+}
+
 static PyObject *probe(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *capsule;
-    long long key, as_of;
-    if (!PyArg_ParseTuple(args, "OLL", &capsule, &key, &as_of))
+    PyObject *capsule, *key_obj, *result = NULL;
+    long long as_of;
+    if (!PyArg_ParseTuple(args, "OOL", &capsule, &key_obj, &as_of))
         return NULL;
     RunSet *S = PyCapsule_GetPointer(capsule, RUNSET);
     if (S == NULL)
@@ -902,48 +1176,75 @@ static PyObject *probe(PyObject *self, PyObject *args) {
     const Layout *L = &S->L;
     Probe P = {0};
     Error err = {0};
-    PyObject *result = NULL, *visited = NULL;
-    P.seen = calloc(S->nruns ? S->nruns : 1, sizeof(int64_t));
-    P.bytes = calloc(S->nruns ? S->nruns : 1, sizeof(int64_t));
-    if (P.seen == NULL || P.bytes == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    open_pidfd();
-    int ok;
-    Py_BEGIN_ALLOW_THREADS  /* the caller's reference keeps the set, and so its maps, alive */
-    ok = plan(&P, S->runs, S->nruns, key, as_of, &err) == 0 && prepare(&P, S->runs, L, key, &err) == 0 &&
-         search_blocks(&P, L, key, &err) == 0 && collect(&P, L, as_of, &err) == 0;
-    Py_END_ALLOW_THREADS
-    if (!ok) {
-        raise(&err);
-        goto done;
-    }
-    struct ArrowArray *out = batch(L, P.cand, P.rows, P.nrows);
-    if (out == NULL)
-        goto done;
-    visited = PyList_New(0);
-    if (visited == NULL) {
-        release_batch(out);
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < S->nruns; i++) {
-        if (!P.seen[i])
-            continue;
-        PyObject *v = Py_BuildValue("(nLL)", i, (long long)P.seen[i], (long long)P.bytes[i]);
-        if (v == NULL || PyList_Append(visited, v) < 0) {
-            Py_XDECREF(v);
-            release_batch(out);
-            goto done;
+    Key k = {0}, *key = &k;
+    Py_ssize_t n = 0;
+    if (L->text_key) {
+        const char *str = PyUnicode_Check(key_obj) ? PyUnicode_AsUTF8AndSize(key_obj, &n) : NULL;
+        if (str == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "the key must be a str");
+            return NULL;
         }
-        Py_DECREF(v);
+        k.s = (const uint8_t *)str, k.n = (uint64_t)n;  /* the str's own UTF-8, kept while key_obj lives */
+    } else {
+        k.i = PyLong_AsLongLong(key_obj);
+        if (k.i == -1 && PyErr_Occurred())
+            return NULL;
     }
-    PyObject *handed = batch_capsule(out);  /* owns the batch from here */
-    if (handed != NULL)
-        result = Py_BuildValue("(NO)", handed, visited);
-done:
-    Py_XDECREF(visited);
+    if (start_probe(S, &P) == 0) {
+        int ok;
+        Py_BEGIN_ALLOW_THREADS  /* the caller's reference keeps the set, and so its maps, alive */
+        ok = plan(&P, S->runs, S->nruns, key, as_of, &err) == 0 && prepare(&P, S->runs, L, key, &err) == 0 &&
+             search_blocks(&P, L, key, &err) == 0 && collect(&P, L, as_of, &err) == 0;
+        Py_END_ALLOW_THREADS
+        result = ok ? result_of(S, &P) : raise(&err);
+    }
     free_probe(&P);
+    return result;
+}
+
+static PyObject *probe_many(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *keys_obj, *data_obj = Py_None, *result = NULL;
+    long long as_of;
+    if (!PyArg_ParseTuple(args, "OOL|O", &capsule, &keys_obj, &as_of, &data_obj))
+        return NULL;
+    RunSet *S = PyCapsule_GetPointer(capsule, RUNSET);
+    if (S == NULL)
+        return NULL;
+    Py_buffer keys = {0}, data = {0};
+    if (PyObject_GetBuffer(keys_obj, &keys, PyBUF_C_CONTIGUOUS) < 0 ||
+        (data_obj != Py_None && PyObject_GetBuffer(data_obj, &data, PyBUF_C_CONTIGUOUS) < 0)) {
+        if (keys.obj) PyBuffer_Release(&keys);
+        return NULL;
+    }
+    Batch B = {0};
+    Error err = {0};
+    Keys K = {keys.len / 8, keys.buf, NULL, NULL};
+    int text = S->L.text_key, bad = keys.len % 8 || text != (data_obj != Py_None);
+    if (!bad && text) {  /* offsets: n + 1, ascending from 0 to the data's length */
+        K = (Keys){keys.len / 8 - 1, NULL, keys.buf, data.buf};
+        bad = K.n < 0 || ldi64(K.offsets) != 0 || ldi64(K.offsets + 8 * K.n) != data.len;
+        for (Py_ssize_t k = 0; !bad && k < K.n; k++)
+            bad = ldi64(K.offsets + 8 * k + 8) < ldi64(K.offsets + 8 * k);
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, text ? "keys must be int64 offsets into data" : "keys must be int64");
+    } else if ((B.slot = calloc(S->nruns ? S->nruns : 1, sizeof(Py_ssize_t *))) == NULL ||
+               (B.size = malloc((S->nruns ? S->nruns : 1) * sizeof(int64_t))) == NULL) {
+        PyErr_NoMemory();
+    } else if (start_probe(S, &B.P) == 0) {
+        int ok;
+        for (Py_ssize_t i = 0; i < S->nruns; i++)
+            B.size[i] = -1;
+        Py_BEGIN_ALLOW_THREADS
+        ok = batch_probe(&B, S->runs, S->nruns, &S->L, &K, as_of, &err) == 0;
+        Py_END_ALLOW_THREADS
+        result = ok ? result_of(S, &B.P) : raise(&err);
+    }
+    free_batch(&B, S->nruns);
+    PyBuffer_Release(&keys);
+    if (data.obj) PyBuffer_Release(&data);
     return result;
 }
 
@@ -955,12 +1256,18 @@ static PyMethodDef methods[] = {
      "columns a probe returns), checked and held for the probes of one version."},
     {"probe", probe, METH_VARARGS,
      "probe(run_set, key, as_of) -> (batch, visited)\n\n"
-     "The records with this int64 key valid at as_of, ordered by (exp, ts), from the blocks of the\n"
+     "The records with this key (an int64, or a str for a string key column) valid at as_of, ordered by (exp, ts), from the blocks of the\n"
      "set's runs that may hold it; every page used is checked first. batch: a PyCapsule named\n"
      "\"arrow_array\" (the Arrow PyCapsule interface) holding the returned columns, for an object's\n"
      "__arrow_c_array__ to hand to pyarrow.record_batch. visited: (run index, blocks, bytes) of each run with blocks searched.\n"
      "BlockError((run index, block offset, message, errno)) if a block is damaged (errno 0) or its file\n"
      "cannot be read (the errno of the failed call)."},
+    {"probe_many", probe_many, METH_VARARGS,
+     "probe_many(run_set, keys, as_of[, data]) -> (batch, visited)\n\n"
+     "probe for every key of keys (ascending: a buffer of int64, or for a string key column the int64\n"
+     "offsets of each key in data, UTF-8) in one call, each block decoded and each\n"
+     "page checked once for all its keys: the records ordered by (key, exp, ts); visited counts each\n"
+     "block once. Errors as probe's."},
     {NULL, NULL, 0, NULL},
 };
 
