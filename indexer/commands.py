@@ -1,7 +1,9 @@
-"""The indexer's subcommands: ``ebb run``, ``ebb explain`` and ``ebb demo``.
+"""The indexer's subcommands: ``ebb run``, ``ebb explain`` and ``ebb demo``, their arguments
+(``register``) and their work.
 
-Errors are raised, not printed: ``cli.main`` prints each as one ``ebb: error:`` line with the exit
-code of its class. Spark is imported only when a command needs it.
+Errors are raised, not printed: ``tools/cli.py``'s ``main`` prints each as one ``ebb: error:``
+line with the exit code of its class. Spark is imported only when a command needs it.
+``load_job_file`` is how every command that takes a job file (``ebb advise`` too) reads it.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def _conf(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _job(path: str):
+def load_job_file(path: str):
+    """The job in the TOML file ``path``; a JobError (exit 2) that names the file if it is bad."""
     from .jobspec import JobError, load_job
 
     try:
@@ -102,7 +105,7 @@ def run_cmd(a) -> int:
     from .scheduler import Scheduler
     from .stopping import StopOnSignals, Stopped
 
-    job = _job(a.job)
+    job = load_job_file(a.job)
     conf = _conf(a.conf)
     if a.part_mib is not None and a.part_mib <= 0:
         raise UsageError(f"--part-mib must be positive, not {a.part_mib}")
@@ -242,7 +245,7 @@ def _explain_job(a, path: str, spark: list, out) -> dict:
 
     text = a.format == "text"
     show = (lambda line: print(line, flush=True)) if text else (lambda line: None)
-    job = _job(path)
+    job = load_job_file(path)
     try:
         c = classify(job)
     except JobError as e:

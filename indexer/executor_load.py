@@ -5,9 +5,9 @@ touched Rebuild sub-index, or per NoRebuild sub-index receiving records). A ``ma
 the tick's DataFrame validates every batch and tags each record with its part; a repartition
 makes part k Spark partition k; the task of partition k writes part k's run into the shared data
 directory and returns a one-row result. The driver collects only those results and adopts them
-at the archive's single commit point (``finish``), with the scheduler's checkpoint, so a tick
-still commits exactly once. A failed, retried or speculative task leaves only unreferenced files,
-which recovery removes before the next update.
+at the archive's single commit point (``PartsCommit``, a writer of ``storage.write_sequence``),
+with the scheduler's checkpoint, so a tick still commits exactly once. A failed, retried or
+speculative task leaves only unreferenced files, which recovery removes before the next update.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dataclasses import asdict, fields
 import numpy as np
 import pyarrow as pa
 
-from ..storage import errors
+from ..storage import errors, write_sequence
 from ..storage.iostats import proc_io
-from ..storage.partitioned_update import PART_BYTES, PartitionedUpdate, PartResult, finish, prepare
-from ..storage.recovery import recover
+from ..storage.partitioned_update import PartitionedUpdate, PartResult, PartsCommit, prepare
+from ..storage.tuning import PART_BYTES
 
 PART_COLUMN = "__ebb_part"
 _RESULT_SCHEMA = pa.schema([
@@ -40,21 +40,32 @@ def load(spark, archive, df, at: int, checkpoint: dict[str, bytes] | None = None
     """Applies the update at ``at`` with the rows of ``df`` (which has ts and exp as bigint),
     written by Spark tasks; returns the update record with the tasks' and the commit's times.
     ``wait_s``: how long to wait for another writer (an update, or a migration) to finish."""
-    from .spark import arrow_schema
-
     t0, io0 = time.perf_counter(), proc_io()
-    with archive.writer_lock(wait_s), archive._metadata_errors():
-        recover(archive.env, archive.data_dir)
-        pu = prepare(archive, arrow_schema(df.schema), at, part_bytes)
-        t1 = time.perf_counter()
-        results = _run_parts(spark, df, pu)
-        t2 = time.perf_counter()
-        record = finish(archive, pu, results, checkpoint, late_rows, t0, io0)
-        archive._reclaim()
-    record.update(parts=len(pu.parts), plan_seconds=round(t1 - t0, 3), tasks_seconds=round(t2 - t1, 3),
-                  commit_seconds=round(time.perf_counter() - t2, 3),
-                  part_seconds_max=max((r.seconds for r in results), default=0.0))
+    tasks = _Tasks(spark, df, at, part_bytes, checkpoint, late_rows, t0, io0)
+    record = write_sequence.run(archive, tasks, wait_s)
+    record.update(parts=len(tasks.pu.parts), plan_seconds=round(tasks.t1 - t0, 3),
+                  tasks_seconds=round(tasks.t2 - tasks.t1, 3), commit_seconds=round(time.perf_counter() - tasks.t2, 3),
+                  part_seconds_max=max((r.seconds for r in tasks.results), default=0.0))
     return record
+
+
+class _Tasks(PartsCommit):
+    """The update's parts, planned and written by Spark tasks under the writer lock (after
+    recovery, which would remove their runs), then committed."""
+
+    def __init__(self, spark, df, at: int, part_bytes: int, checkpoint: dict[str, bytes] | None, late_rows: int,
+                 t0: float, io0: dict):
+        super().__init__(checkpoint=checkpoint, late_rows=late_rows, t0=t0, io0=io0)
+        self.spark, self.df, self.at, self.part_bytes = spark, df, at, part_bytes
+
+    def prepare(self, archive) -> bool:
+        from .spark import arrow_schema
+
+        self.pu = prepare(archive, arrow_schema(self.df.schema), self.at, self.part_bytes)
+        self.t1 = time.perf_counter()
+        self.results = _run_parts(self.spark, self.df, self.pu)
+        self.t2 = time.perf_counter()
+        return True
 
 
 def _run_parts(spark, df, pu: PartitionedUpdate) -> list[PartResult]:

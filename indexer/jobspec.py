@@ -45,10 +45,10 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..storage.config import TIME_UNITS_US
 from ..storage.errors import UsageError
 from ..storage.timemodel import MAX_TIME
 
-TIME_UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "min": 60_000_000, "h": 3_600_000_000}
 # units of an integer epoch time column (``Source.epoch_unit``), in nanoseconds
 EPOCH_UNITS_NS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 KINDS = ("window", "join", "lifetime", "aggregate", "distinct")

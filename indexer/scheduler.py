@@ -115,8 +115,8 @@ def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
     """The archive a job creates: its [archive] section, with ``auto`` resolved (checked and
     completed by storage's ``build_config``, as ``ebb init`` is). ``auto`` is the layout advisor's
     recommendation (layout, mode, partitioning or split, G and E or n) when a calibration exists
-    (indexer/advisor.py), else the update pattern's default."""
-    from .advisor import auto_layout
+    (indexer/advisor/auto.py), else the update pattern's default."""
+    from .advisor.auto import auto_layout
 
     a = job.archive
     s = a.max_lifetime or cls.max_lifetime

@@ -8,10 +8,10 @@ It is ``executor_load`` cut where the data source API cuts a write. The driver p
 (``partitioned_update.prepare``, in ``DataSource.writer``); each Spark task validates its share of
 the DataFrame and routes every record to the update's parts (``part_of``) and returns a
 ``TaskOutput``; the driver commits the outputs Spark hands to ``commit`` (one per partition: the
-attempt Spark committed) in the archive's single LMDB transaction (``finish``). A Python data
-source cannot ask Spark to shuffle its input (PySpark's ``PythonWrite`` requests no
-distribution), so a task holds an arbitrary share of every part, and what it writes depends on
-the mode:
+attempt Spark committed) in the archive's single LMDB transaction (``PartsCommit``, a writer of
+``storage.write_sequence``). A Python data source cannot ask Spark to shuffle its input
+(PySpark's ``PythonWrite`` requests no distribution), so a task holds an arbitrary share of
+every part, and what it writes depends on the mode:
 
 - NoRebuild: a part's new run only adds records, so each task writes one run per part it has
   records for (``write_part``), and the commit adopts them all (one new run per task and
@@ -30,8 +30,8 @@ an empty archive); its commit records the query's id and batch id (checkpoint
 The writer lock is held only during the commit, which refuses to commit if another update
 committed since the plan, or if a run file a task wrote is gone (another writer's recovery
 removed it). Files of failed task attempts, of a write that was not committed and staged
-records are never referenced; recovery (run after each commit, and before every other update)
-deletes them.
+records are never referenced; recovery (run after this writer's commit, as its files exist
+before it takes the lock, and before every other writer's) deletes them.
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from ..storage import write_sequence
 from ..storage.archive import Archive
 from ..storage.errors import ArchiveError
 from ..storage.iostats import proc_io
-from ..storage.partitioned_update import PartitionedUpdate, PartResult, finish, prepare
-from ..storage.recovery import recover
+from ..storage.partitioned_update import PartitionedUpdate, PartResult, PartsCommit, prepare
 from .executor_load import reported
 
 STREAM_CHECKPOINT = "spark-stream:"  # + the streaming query's id: the last batch it committed
@@ -94,7 +94,7 @@ def plan(path: str, schema: StructType, at: int | None) -> PartitionedUpdate:
     Raises RejectedBatch if ``at`` is not after the last update or the schema does not match."""
     from .spark import arrow_schema
 
-    with Archive(path) as archive, archive._metadata_errors():
+    with Archive(path) as archive, archive.metadata_errors():
         if at is None:
             state, tm = archive.state(), archive.config.time
             at = tm.time_of(0 if state.last_slot is None else state.last_slot + 1)
@@ -168,29 +168,40 @@ def commit(path: str, pu: PartitionedUpdate, outputs: list[TaskOutput | None]) -
     t0, io0 = time.perf_counter(), proc_io()
     if any(o is None for o in outputs):
         raise ArchiveError("a task of this write returned no result; nothing was committed")
-    with Archive(path) as archive, archive.writer_lock(), archive._metadata_errors():
-        checkpoint = None
-        stream = {(o.query, o.batch) for o in outputs if o.query is not None}
-        if stream:
-            (query, batch), = stream
+    with Archive(path) as archive:
+        return write_sequence.run(archive, _Commit(pu, outputs, t0, io0))
+
+
+class _Commit(PartsCommit):
+    """The tasks' outputs adopted under the writer lock. Their files exist before it, so
+    recovery runs after the commit (it then removes failed task attempts' runs and the staged
+    records), and a micro-batch committed before commits nothing."""
+
+    runs_before_lock = True
+
+    def __init__(self, pu: PartitionedUpdate, outputs: list[TaskOutput], t0: float, io0: dict):
+        super().__init__(pu, t0=t0, io0=io0)
+        self.outputs = outputs
+        self.stream = {(o.query, o.batch) for o in outputs if o.query is not None}
+
+    def prepare(self, archive) -> bool:
+        pu, outputs = self.pu, self.outputs
+        if self.stream:
+            (query, batch), = self.stream
             name = STREAM_CHECKPOINT + query
             done = archive.checkpoint(name)
             if done is not None and json.loads(done)["batch"] >= batch:
-                recover(archive.env, archive.data_dir)  # what the batch's second run wrote
-                return None
-            checkpoint = {name: json.dumps({"batch": batch, "at": pu.at}).encode()}
+                return False
+            self.checkpoint = {name: json.dumps({"batch": batch, "at": pu.at}).encode()}
         _check_unmoved(archive, pu, outputs)
         if pu.config.mode == "rebuild":
-            results = [pu.write_part(k, _staged_part(pu, outputs, k)) for k in range(len(pu.parts))]
+            self.results = [pu.write_part(k, _staged_part(pu, outputs, k)) for k in range(len(pu.parts))]
         else:
             # several tasks write runs of one part: the commit takes each run as a part of its own
             runs = [r for o in outputs for r in o.results]
-            pu = replace(pu, parts=[pu.parts[r.part] for r in runs])
-            results = [replace(r, part=n) for n, r in enumerate(runs)]
-        record = finish(archive, pu, results, checkpoint, 0, t0, io0)
-        recover(archive.env, archive.data_dir)  # runs of failed task attempts, staged records
-        archive._reclaim()
-    return record
+            self.pu = replace(pu, parts=[pu.parts[r.part] for r in runs])
+            self.results = [replace(r, part=n) for n, r in enumerate(runs)]
+        return True
 
 
 def _check_unmoved(archive: Archive, pu: PartitionedUpdate, outputs: list[TaskOutput]) -> None:

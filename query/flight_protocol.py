@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..storage.errors import ReadError
 from ..storage.keys import MAX_STRING_KEY_BYTES, is_int_key
 
 KINDS = ("probe", "probe_range", "scan")
@@ -33,8 +34,10 @@ _FIELDS = {"probe": {"key"}, "probe_range": {"lo", "hi"}, "scan": set()}
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-class BadRequest(ValueError):
-    """A ticket or descriptor the server cannot serve; the message says why."""
+class BadRequest(ReadError):
+    """A ticket or descriptor the server cannot serve; the message says why. A ReadError (a read
+    that cannot be answered as asked): the server answers it, like any ReadError, with a
+    FlightServerError ("ebb: bad request: ...")."""
 
 
 @dataclass(frozen=True)

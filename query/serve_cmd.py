@@ -1,8 +1,8 @@
 """``ebb serve`` (an Arrow Flight server for one archive), and its clients ``ebb probe --server``
 and ``ebb health --server`` with their token and TLS options.
 
-Registered through ``cli.LAYER_COMMANDS``; pyarrow.flight is imported only when a command runs,
-because ``ebb --help`` imports this module.
+``register`` adds both commands to the ``ebb`` parser (``tools/cli.py``); pyarrow.flight is
+imported only when a command runs, because ``ebb --help`` imports this module.
 """
 
 from __future__ import annotations

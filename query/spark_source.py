@@ -47,6 +47,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..storage.errors import ReadError, UsageError
+
 FORMAT = "ebb"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -119,20 +121,20 @@ class EbbDataSource(DataSource):
         super().__init__(options)
         path = options.get("path")
         if not path:
-            raise ValueError("the ebb data source needs a path: spark.read.format('ebb').load(PATH)")
+            raise UsageError("the ebb data source needs a path: spark.read.format('ebb').load(PATH)")
         self.path = os.path.abspath(path)
         raw = options.get("as_of")
         try:
             self.as_of = None if raw in (None, "") else int(raw)
         except ValueError:
-            raise ValueError(f"option as_of must be an integer number of chronons, got {raw!r}") from None
+            raise UsageError(f"option as_of must be an integer number of chronons, got {raw!r}") from None
         raw = options.get("lease_seconds")
         try:
             self.lease_seconds = LEASE_SECONDS if raw in (None, "") else float(raw)
-            if not self.lease_seconds > 0:
-                raise ValueError
         except ValueError:
-            raise ValueError(f"option lease_seconds must be a positive number of seconds, got {raw!r}") from None
+            self.lease_seconds = float("nan")
+        if not self.lease_seconds > 0:  # also NaN: not a number, or "nan"
+            raise UsageError(f"option lease_seconds must be a positive number of seconds, got {raw!r}")
         self.metrics_dir = options.get("metrics_dir") or None
 
     @classmethod
@@ -147,7 +149,7 @@ class EbbDataSource(DataSource):
         with open_readonly(self.path) as arc:
             schema = arc.schema
         if schema is None:
-            raise ValueError(f"the archive {self.path} is empty: nothing has been loaded, so it has no schema yet")
+            raise ReadError(f"the archive {self.path} is empty: nothing has been loaded, so it has no schema yet")
         return from_arrow_schema(schema)
 
     def reader(self, schema: StructType) -> "EbbReader":
@@ -157,10 +159,10 @@ class EbbDataSource(DataSource):
             cfg = arc.config
             stored = arc.schema
         if stored is None:
-            raise ValueError(f"the archive {self.path} is empty: nothing has been loaded")
+            raise ReadError(f"the archive {self.path} is empty: nothing has been loaded")
         missing = [f.name for f in schema.fields if f.name not in stored.names]
         if missing:
-            raise ValueError(f"column(s) {', '.join(missing)} are not in the archive (it has {', '.join(stored.names)})")
+            raise ReadError(f"column(s) {', '.join(missing)} are not in the archive (it has {', '.join(stored.names)})")
         key_is_int = pa.types.is_integer(stored.field(cfg.key_column).type)
         return EbbReader(self.path, self.as_of, self.lease_seconds, self.metrics_dir, schema, cfg.key_column,
                          key_is_int)
@@ -185,7 +187,7 @@ class EbbDataSource(DataSource):
 
 def _refuse_overwrite(overwrite: bool) -> None:
     if overwrite:
-        raise ValueError("an ebb archive only appends updates: write with mode('append') (outputMode('append') "
+        raise UsageError("an ebb archive only appends updates: write with mode('append') (outputMode('append') "
                          "when streaming); to start over, create a new archive with `ebb init`")
 
 

@@ -6,7 +6,7 @@ archive never holds it in memory. The result is written as ``ebb scan`` writes r
 (``output.write``). DuckDB is an optional extra (``pip install 'ebb[sql]'``), imported only when
 the command runs: ``ebb --help`` imports this module, and ``ebb probe`` must start fast.
 
-Registered through ``cli.LAYER_COMMANDS``.
+``register`` adds the command to the ``ebb`` parser (``tools/cli.py``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The archive: create or open one, load updates into it, and ask what it holds.
 
 This is the storage layer's public entry point. ``Archive.create`` fixes the configuration
-(``ebb init``); ``load`` applies one periodic update atomically (``ebb load``); ``plan`` and
-``stats`` describe it; ``snapshot`` gives a consistent read view whose ``plan`` and ``read``
-every reader uses. ``Archive(path)`` opens for writing; ``Archive(path, readonly=True)`` for
+(``ebb init``); ``load`` applies one periodic update atomically (``ebb load``) through
+``write_sequence``, the one way every writer changes an archive; ``plan`` and ``stats``
+describe it; ``snapshot`` gives a consistent read view whose ``plan`` and ``read`` every reader
+uses. ``Archive(path)`` opens for writing; ``Archive(path, readonly=True)`` for
 reading only, which never waits for an update in another process.
 """
 
@@ -64,7 +65,7 @@ class Archive:
         # run files on their own (shared) file system: every commit is published there for
         # readers on machines that mount only that (``published``)
         self.publishes = data_dir is not None
-        # disk bytes the last reclaim in this process gave back (``_reclaim``): ebb run's metrics
+        # disk bytes the last reclaim in this process gave back (``write_sequence.reclaim``): ebb run's metrics
         self.reclaimed_bytes = 0
         self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
         self.readonly = bool(self.env.flags()["readonly"])
@@ -129,7 +130,9 @@ class Archive:
         write_durably(os.path.join(path, MARKER), json.dumps(meta).encode())
         archive = Archive(path)
         if archive.publishes:  # servers on other machines can open it before the first update
-            archive._reclaim()
+            from . import write_sequence
+
+            write_sequence.reclaim(archive)
         return archive
 
     def close(self) -> None:
@@ -165,39 +168,13 @@ class Archive:
         record. Raises RejectedBatch (archive unchanged) for bad input. ``checkpoint`` (name ->
         bytes) and ``late_rows`` commit atomically with the update. ``wait_s``: how long to wait
         for another writer (an update, or a migration) to finish."""
-        from . import update
-        from .recovery import recover
+        from . import write_sequence
+        from .update import Update
 
-        with self.writer_lock(wait_s), self._metadata_errors():
-            recover(self.env, self.data_dir)
-            record = update.apply(self, table, at, progress, checkpoint, late_rows)
-            self._reclaim()
-        return record
-
-    def _reclaim(self) -> list[str]:
-        """After a commit, under the writer lock: publishes the new version if the run files
-        have their own data directory (``published.publish``), reclaims replaced space that no
-        reader, local or published, can reference (``recovery.collect_garbage``), parses the
-        new version once for the reads that follow and prepares what its point probes need (as
-        RocksDB opens a compaction's output), and lets go of the files of the runs it replaced.
-        Returns what was reclaimed."""
-        from .recovery import collect_garbage, held_bytes
-
-        pinned = published.publish(self.env, self.data_dir, FORMAT_VERSION) if self.publishes else None
-        before = held_bytes(self.env, self.data_dir)
-        done = collect_garbage(self.env, self.data_dir, pinned)
-        self.reclaimed_bytes = before - held_bytes(self.env, self.data_dir)
-        if self.publishes:
-            published.forget_deleted_runs(self.data_dir)
-        with self.snapshot() as snap:
-            try:
-                snap.prepare_point_probes()
-            except (CorruptionError, OSError):
-                pass  # the update committed: a damaged run is left for a read to report
-        return done
+        return write_sequence.run(self, Update(table, at, progress, checkpoint, late_rows), wait_s)
 
     @contextmanager
-    def _metadata_errors(self) -> Iterator[None]:
+    def metadata_errors(self) -> Iterator[None]:
         """LMDB's own reports of a damaged metadata file, as a CorruptionError naming the archive."""
         try:
             yield
@@ -216,10 +193,11 @@ class Archive:
 
     def recover(self) -> list[str]:
         """Runs crash recovery and garbage collection now (normally done by each update)."""
+        from . import write_sequence
         from .recovery import recover
 
-        with self.writer_lock(), self._metadata_errors():
-            return recover(self.env, self.data_dir) + self._reclaim()
+        with self.writer_lock(), self.metadata_errors():
+            return recover(self.env, self.data_dir) + write_sequence.reclaim(self)
 
     # -- reading --------------------------------------------------------------------------------
     @property

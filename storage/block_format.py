@@ -2,9 +2,10 @@
 
 A block is one Arrow IPC encapsulated record-batch message (the IPC stream format's message,
 without the schema, which the archive's metadata holds) of a few hundred KiB: the records of
-the archive schema plus the hidden column ``INS_SLOT`` (int64 insertion slot), sorted by
-(key, exp). Decoding is zero-copy: the columns are views of the bytes read. Each block's
-XXH3-64 is kept in its run's descriptor and checked before a single value is decoded.
+the archive schema plus the hidden columns (``disk_format.physical_schema``: the int64
+insertion slot), sorted by (key, exp). Decoding is zero-copy: the columns are views of the bytes
+read. Each block's XXH3-64 is kept in its run's descriptor and checked before a single value is
+decoded.
 """
 
 from __future__ import annotations
@@ -17,14 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from .checksum import block_checksum, page_sums
+from .disk_format import INS_SLOT_COLUMN, BlockEntry, physical_schema
 from .errors import CorruptionError
 
-INS_SLOT = "__ebb_ins"
-
-
-def physical_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema of stored blocks: the archive schema and the hidden insertion slot."""
-    return schema.append(pa.field(INS_SLOT, pa.int64(), nullable=False))
+INS_SLOT = INS_SLOT_COLUMN  # defined in disk_format (as physical_schema is); others import both from here
 
 
 @lru_cache(maxsize=64)
@@ -53,18 +50,23 @@ def row_sizes(table: pa.Table) -> np.ndarray:
 
 @dataclass
 class EncodedBlock:
-    """One block ready to be written, with the fields of its descriptor entry."""
+    """One block ready to be written, with its descriptor entry (``offset`` 0 until written:
+    ``at``), whose fields it also answers for (``block.rows``)."""
 
     data: pa.Buffer
-    rows: int
-    min_exp: int
-    max_exp: int
-    max_ts: int
-    slot: int
-    checksum: int
+    entry: BlockEntry
     first_key: object
     last_key: object
     sums: np.ndarray  # uint32 sum of each page of ``page_bytes``
+
+    def at(self, offset: int) -> BlockEntry:
+        """Its descriptor entry once written at byte ``offset`` of its run file."""
+        return self.entry._replace(offset=offset)
+
+    def __getattr__(self, name: str):
+        if name == "entry":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.entry, name)
 
 
 def encode_blocks(table: pa.Table, key: str, ts: str, exp: str, block_bytes: int, page_bytes: int,
@@ -98,8 +100,9 @@ def encode_blocks(table: pa.Table, key: str, ts: str, exp: str, block_bytes: int
         max_ts = np.maximum.reduceat(tv, cut)
         for b, (a, e) in enumerate(zip(cut.tolist(), ends.tolist())):
             data = batch.slice(a, e - a).serialize()
-            yield EncodedBlock(data, e - a, int(mins[b]), int(maxs[b]), int(max_ts[b]), int(sl[a]),
-                               block_checksum(data), firsts[b], lasts[b], page_sums(data, page_bytes))
+            entry = BlockEntry(offset=0, length=data.size, rows=e - a, min_exp=int(mins[b]), max_exp=int(maxs[b]),
+                               max_ts=int(max_ts[b]), slot=int(sl[a]), checksum=block_checksum(data))
+            yield EncodedBlock(data, entry, firsts[b], lasts[b], page_sums(data, page_bytes))
         base += m
 
 

@@ -16,9 +16,11 @@ import struct
 import numpy as np
 import xxhash
 
+from .disk_format import PAGE_SUM
 from .errors import CorruptionError
 
 _HEAD = struct.Struct("<4sQ")
+SEAL_HEAD_BYTES = _HEAD.size  # the tag and checksum before a sealed value's payload
 
 
 def block_checksum(data) -> int:
@@ -32,11 +34,11 @@ def page_sum(page) -> int:
 
 
 def page_sums(data, page_bytes: int) -> np.ndarray:
-    """uint32 page sums of ``data`` (a pa.Buffer) cut into pages of ``page_bytes`` (the last one
-    shorter)."""
+    """The page sums (``PAGE_SUM``) of ``data`` (a pa.Buffer) cut into pages of ``page_bytes``
+    (the last one shorter)."""
     mv, n, h = memoryview(data), data.size, xxhash.xxh3_64_intdigest
     return np.fromiter((h(mv[o:o + page_bytes]) & 0xFFFFFFFF for o in range(0, n, page_bytes)),
-                       np.uint32, (n + page_bytes - 1) // page_bytes)
+                       PAGE_SUM, (n + page_bytes - 1) // page_bytes)
 
 
 def _digest(key: bytes, payload) -> int:

@@ -1,18 +1,18 @@
-"""The commit of an update: the new version written in one LMDB transaction, then committed.
+"""The new version of an update or a layout switch, written into one LMDB write transaction.
 
-Before ``commit`` is called every new run file is durable (fsync'd, and its directory entry
-too). ``commit`` writes the new runs' descriptors, puts replaced space on the garbage list
-tagged with this transaction (a replaced run's descriptor stays until garbage collection deletes
-its file: kept versions and pinned reads may still plan with it), writes the state, the update
-record (trimming the log to ``config.update_log`` records), the version kept for reads as of
-earlier instants (``config.retain``), any producer checkpoint and, last, the root naming all of
-them (``manifest.seal_root``), and commits. The transaction's commit is the update's single commit
-point: before it, no reader or recovery sees anything of the update; after it, all of it.
+``write_sequence`` commits the transaction; every new run file is durable (fsync'd, and its
+directory entry too) before these are called. ``stage`` writes the new runs' descriptors, puts
+replaced space on the garbage list tagged with this transaction (a replaced run's descriptor
+stays until garbage collection deletes its file: kept versions and pinned reads may still plan
+with it), writes the state, the update record (trimming the log to ``config.update_log``
+records), the version kept for reads as of earlier instants (``config.retain``), any producer
+checkpoint and, last, the root naming all of them (``manifest.seal_root``). The transaction's
+commit is the update's single commit point: before it, no reader or recovery sees anything of
+the update; after it, all of it.
 """
 
 from __future__ import annotations
 
-from .faults import crash_point
 from .manifest import (
     ArchiveState, append_update_record, keep_version, parse_config, read_config_bytes, read_garbage,
     read_migrations, seal_root, trim_update_records, write_checkpoint, write_config, write_garbage, write_migrations,
@@ -68,9 +68,3 @@ def stage_migration(txn, config, state: ArchiveState, new_runs: list, dropped_ru
     keep_current(txn, config, state)
     write_migrations(txn, read_migrations(txn) + [record])
     seal_root(txn)
-
-
-def commit(txn) -> None:
-    """The single commit point (LMDB makes it durable and atomic)."""
-    crash_point("update.before_commit")
-    txn.commit()

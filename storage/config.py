@@ -13,15 +13,15 @@ import json
 import secrets
 from dataclasses import asdict, dataclass
 
+from .disk_format import RESERVED_PREFIX
 from .errors import ConfigError
 from .layout import Layout
 from .timemodel import MAX_TIME, TimeModel
+from .tuning import DEFAULT_BLOCK_BYTES
 
 MAX_SUBINDICES = 1024
-MAX_SLOTS = 1_000_000  # p = S / Delta; per-slot tables (stats, plans) are O(p)
-DEFAULT_BLOCK_BYTES = 512 << 10
+MAX_SLOTS = 1_000_000  # the largest p = S / Delta of an archive; per-slot tables (stats, plans) are O(p)
 MIN_BLOCK_BYTES, MAX_BLOCK_BYTES = 256, 64 << 20
-RESERVED_PREFIX = "__ebb"
 DEFAULT_UPDATE_LOG = 1000
 MAX_UPDATE_LOG = 1_000_000
 # time units whose chronons can be shown as timestamps (with an ``origin``): microseconds per chronon

@@ -48,6 +48,11 @@ class ArchiveBusy(ArchiveError):
     exit_code = EXIT_BUSY
 
 
+class LockHeld(ArchiveBusy):
+    """Another process holds an exclusive lock file (``files.exclusive_lock``; the message is the
+    lock file's path). ``Archive.writer_lock`` turns it into an ArchiveBusy that says what to do."""
+
+
 class RejectedBatch(EbbError, ValueError):
     """The batch or the update time violates the bad-input policy (docs/spec.md section 5);
     the archive was not changed."""

@@ -2,12 +2,16 @@
 
 Writes of data files go through ``FS`` (a ``FileSystem``), so that tests can swap in
 ``faults.FaultInjectionFS``, which forgets every write not yet fsync'd when it simulates a crash.
-Reads use ``pread`` into fresh buffers that decoded blocks then view without copying: probes
-read exactly their blocks with read-ahead off (``POSIX_FADV_RANDOM``); scans and updates read
-large contiguous spans with read-ahead on (``POSIX_FADV_SEQUENTIAL``). They make their system
-calls through ``READS`` (a ``ReadEnv``), which tests swap for ``faults.ReadFaults`` to make them
-fail (EIO, short reads). A failed call is a ``DataIOError``; a file shorter than its descriptor
-says, a ``CorruptionError``.
+Reads follow the access pattern. Keyed reads (probes, key ranges, and the native point probe)
+use a memory map of the run file with read-ahead off (``MappedSource``, ``MADV_RANDOM``): they
+decode a block in place and touch (on a cold cache, read) only the pages they use, each stretch
+asked for in one ``MADV_WILLNEED`` request first. Whole blocks are read with ``preadv`` into
+fresh buffers that decoded blocks then view without copying (``ReadSource``): scans, merges and
+verification read large contiguous spans with read-ahead on (``POSIX_FADV_SEQUENTIAL``); a keyed
+read that wants most or all of a block reads it so with read-ahead off (``POSIX_FADV_RANDOM``).
+Both make their system calls (open, fstat, preadv, mmap) through ``READS`` (a ``ReadEnv``), which
+tests swap for ``faults.ReadFaults`` to make them fail (EIO, short reads). A failed call is a
+``DataIOError``; a file shorter than its descriptor says, a ``CorruptionError``.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from .errors import CorruptionError, DataIOError
+from .errors import CorruptionError, DataIOError, LockHeld
+from .tuning import DROP_STEP_BYTES as DROP_STEP, OPEN_FILES
 
 MARKER = "EBB"  # identifies an archive directory; holds the format version
 LOCK = "LOCK"  # flock'd by the one process that may update the archive
@@ -286,9 +291,6 @@ class MappedSource:
             m.madvise(mmap.MADV_DONTNEED, off, min(DROP_STEP, self.size - off))
 
 
-DROP_STEP = 2 << 20
-
-
 class _Releaser:
     """One background thread per process that lets go of what a replaced version held (maps of
     runs it no longer reads, the point-probe run set), off the request path: a reader that
@@ -347,7 +349,7 @@ class OpenFiles:
     new version replaced, so that a long-running process does not keep deleted files (and
     their disk space) alive. A file let go of closes once no read in flight uses it."""
 
-    def __init__(self, data_dir: str, limit: int = 512):
+    def __init__(self, data_dir: str, limit: int = OPEN_FILES):
         self.data_dir = data_dir
         self.limit = limit
         self._open: OrderedDict[tuple[str, str], ReadSource | MappedSource] = OrderedDict()
@@ -417,10 +419,6 @@ class OpenFiles:
 
 
 # -- locks --------------------------------------------------------------------------------------
-class LockHeld(Exception):
-    """Another process holds an exclusive lock file."""
-
-
 @contextmanager
 def exclusive_lock(path: str, wait_s: float = 0.0) -> Iterator[None]:
     """Holds flock(LOCK_EX) on ``path`` (created if needed); raises LockHeld if another process

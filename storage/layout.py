@@ -17,7 +17,8 @@ _MASK64 = (1 << 64) - 1
 
 def mix64(seed: int, k: np.ndarray) -> np.ndarray:
     """The fixed 64-bit mix h(seed, k) of random partitioning: splitmix64's finaliser applied to
-    ``seed + k * 0x9E3779B97F4A7C15`` (all arithmetic mod 2**64)."""
+    ``seed + k * 0x9E3779B97F4A7C15`` (all arithmetic mod 2**64). Part of the format: where
+    stored records live depends on it (a change needs ``disk_format.FORMAT_VERSION`` bumped)."""
     with np.errstate(over="ignore"):
         z = np.uint64(seed & _MASK64) + k.astype(np.int64).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -50,21 +51,21 @@ class Layout:
     def _chrono(self, k: np.ndarray, parts: int) -> np.ndarray:
         return (((k - 1) % self.p) * parts) // self.p
 
+    def _part(self, k: np.ndarray, parts: int) -> np.ndarray:
+        """Which of ``parts`` the slots ``k`` fall in, by the layout's partitioning (doubly only)."""
+        if self.partitioning == "round-robin":
+            return (k - 1) % parts
+        if self.partitioning == "chronological":
+            return self._chrono(k, parts)
+        return (mix64(self.seed, k) % np.uint64(parts)).astype(np.int64)
+
     def row(self, k_ins: np.ndarray) -> np.ndarray:
         """Row r (doubly only) from insertion slots."""
-        if self.partitioning == "round-robin":
-            return (k_ins - 1) % self.G
-        if self.partitioning == "chronological":
-            return self._chrono(k_ins, self.G)
-        return (mix64(self.seed, k_ins) % np.uint64(self.G)).astype(np.int64)
+        return self._part(k_ins, self.G)
 
     def column(self, k_exp: np.ndarray) -> np.ndarray:
         """Column c (doubly only) from expiration slots."""
-        if self.partitioning == "round-robin":
-            return (k_exp - 1) % self.E
-        if self.partitioning == "chronological":
-            return self._chrono(k_exp, self.E)
-        return (mix64(self.seed, k_exp) % np.uint64(self.E)).astype(np.int64)
+        return self._part(k_exp, self.E)
 
     def subindex_of(self, k_ins: np.ndarray, k_exp: np.ndarray) -> np.ndarray:
         """0-based sub-index of each record, from its insertion and expiration slots."""

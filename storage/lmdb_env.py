@@ -16,8 +16,9 @@ import lmdb
 
 from . import page_walk
 from .errors import ArchiveError, CorruptionError
+from .tuning import LMDB_MAP_SIZE, LMDB_MAX_READERS, METADATA_READ_AHEAD_BYTES
 
-MAP_SIZE = int(os.environ.get("EBB_MAP_SIZE", 1 << 36))  # virtual only; the file grows as used
+MAP_SIZE = int(os.environ.get("EBB_MAP_SIZE", LMDB_MAP_SIZE))
 
 _lock = threading.Lock()
 _envs: dict[str, tuple[lmdb.Environment, int]] = {}
@@ -42,8 +43,8 @@ def acquire(index_dir: str, create: bool = False, readonly: bool = False) -> lmd
         # read-ahead each of their 4 KiB pages was a separate disk read (many-keys: 35 ms
         # cold probes instead of 5 ms)
         try:
-            env = lmdb.open(key, map_size=MAP_SIZE, max_dbs=0, max_readers=512, subdir=True, create=create,
-                            readonly=readonly and not create, readahead=True, max_spare_txns=0)
+            env = lmdb.open(key, map_size=MAP_SIZE, max_dbs=0, max_readers=LMDB_MAX_READERS, subdir=True,
+                            create=create, readonly=readonly and not create, readahead=True, max_spare_txns=0)
         except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.PageNotFoundError) as e:  # its meta pages
             raise CorruptionError(f"the archive's metadata in {index_dir} is damaged (LMDB: {e})") from None
         except lmdb.Error as e:
@@ -73,21 +74,18 @@ def check_pages(env: lmdb.Environment, txn) -> None:
     _checked[path] = txn.id()
 
 
-READ_AHEAD_BYTES = 64 << 20  # metadata up to this size (about 50 GB live) is read ahead at open
-
-
 def _read_ahead(path: str) -> None:
     """Asks the kernel to start reading the whole metadata file, in one request, if it is at
-    most READ_AHEAD_BYTES: a cold start then finds the state and the run descriptors in memory
-    by the first read, instead of faulting them in a window at a time (many-keys: 1.3 MB took
-    1.3 ms of a cold probe), as RocksDB's open loads its tables' index and filter blocks."""
+    most METADATA_READ_AHEAD_BYTES: a cold start then finds the state and the run descriptors in
+    memory by the first read, instead of faulting them in a window at a time (many-keys: 1.3 MB
+    took 1.3 ms of a cold probe), as RocksDB's open loads its tables' index and filter blocks."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
         size = os.fstat(fd).st_size
-        if size <= READ_AHEAD_BYTES:
+        if size <= METADATA_READ_AHEAD_BYTES:
             os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
     finally:
         os.close(fd)

@@ -2,10 +2,12 @@
 
 Both write only new files; what they return is applied by the commit.
 
-- **Rebuild** rewrites the sub-index: its one run is streamed in file order, large sequential
-  reads of at most ``MERGE_CHUNK_BYTES``, wholly expired blocks skipped unread, expired records
-  dropped, and merged with the update's new records of that sub-index into a new run sorted by
-  (key, exp), so each key's records are one contiguous stretch. The old run becomes garbage.
+- **Rebuild** rewrites the sub-index: its one run is streamed in file order, in sequential reads
+  of adjacent blocks of at most ``tuning.SPAN_BYTES`` (8 MiB; a larger block is read alone),
+  wholly expired blocks skipped unread, expired records dropped, and merged with the update's
+  new records of that sub-index, ``tuning.MERGE_CHUNK_BYTES`` (32 MiB) of old blocks at a time,
+  into a new run sorted by (key, exp), so each key's records are one contiguous stretch. The old
+  run becomes garbage.
 - **NoRebuild** never rewrites a record. New records become one new run, sectioned by
   expiration slot (sorted by (exp slot, key, exp), no block spans two slots). Deleting slot j
   from a run is a metadata change: its blocks of sections <= j hold exactly its records with
@@ -35,15 +37,12 @@ from .run_descriptor import RunDescriptor
 from .run_writer import RunWriter
 from .schema import SchemaHistory, widen
 from .task_reader import read_blocks
-
-MERGE_CHUNK_BYTES = 32 << 20
-NOREBUILD_BLOCK_DIVISOR = 8
+from .tuning import MERGE_CHUNK_BYTES, NOREBUILD_BLOCK_DIVISOR
 
 
 def run_block_bytes(cfg: ArchiveConfig) -> int:
-    """Target block size of new runs. A NoRebuild probe reads one block in every live (run,
-    section), so NoRebuild blocks are smaller: measured on thesis-small (NoRebuild 4x4), 512 KiB
-    blocks made a probe read 109 MB for 5 MB returned."""
+    """Target block size of new runs: NoRebuild's are NOREBUILD_BLOCK_DIVISOR times smaller (a
+    NoRebuild probe reads one block in every live (run, section); ``tuning`` says why)."""
     if cfg.mode == "rebuild":
         return cfg.block_bytes
     return max(MIN_BLOCK_BYTES, cfg.block_bytes // NOREBUILD_BLOCK_DIVISOR)
@@ -192,8 +191,9 @@ def rewrite(ctx: MaintenanceContext, i: int, slices: list[RunSlice], rows: pa.Ta
 def _old_chunks(ctx: MaintenanceContext, piece: RunSlice, ch: SubIndexChange, delete_upto: int | None,
                 key_range: tuple = (None, None)) -> Iterator[pa.Table]:
     """The slice's records with exp > ``delete_upto`` and keys in ``key_range`` [lo, hi), in
-    (key, exp) order, as tables of about MERGE_CHUNK_BYTES read sequentially, in the newest
-    schema (a run written under an older one gets nulls in the columns added since). Wholly
+    (key, exp) order, as tables of about MERGE_CHUNK_BYTES of blocks (read sequentially, at most
+    SPAN_BYTES a read), in the newest schema (a run written under an older one gets nulls in the
+    columns added since). Wholly
     expired blocks are skipped unread, unless they cross the key range's edge (two parts read
     those, and each counts only its own records)."""
     desc = ctx.descriptor(piece.name)

@@ -33,13 +33,14 @@ import lmdb
 import numpy as np
 import pyarrow as pa
 
-from .checksum import seal, sealed_digest, unseal
+from .checksum import SEAL_HEAD_BYTES, seal, sealed_digest, unseal
 from .config import ArchiveConfig
+from .disk_format import FORMAT_VERSION as _FORMAT_VERSION, METADATA_PREFIX_TAGS as _PREFIX_TAGS, METADATA_TAGS as _TAGS
 from .errors import CorruptionError, EbbError
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = _FORMAT_VERSION  # defined in disk_format; archive and query import it from here
 
 
 @dataclass
@@ -148,14 +149,27 @@ def _lookup(txn: lmdb.Transaction, key: bytes):
         raise CorruptionError(f"the archive's metadata is damaged (LMDB: {e})") from None
 
 
-def _get(txn: lmdb.Transaction, key: bytes, tag: bytes, what: str) -> memoryview | None:
+def _get(txn: lmdb.Transaction, key: bytes, what: str) -> memoryview | None:
     """The payload of the entry at ``key``, or None if the version has none (CorruptionError if
     its root names it: ``_absent``)."""
     raw = _lookup(txn, key)
     if raw is None:
         _absent(txn, key, what)
         return None
-    return unseal(tag, key, raw, what)
+    return _unseal(key, raw, what)
+
+
+def _tag(key: bytes) -> bytes | None:
+    """The tag sealed into the value at ``key`` (None: not a key ebb writes)."""
+    return _TAGS.get(key) or _PREFIX_TAGS.get(key[:4])
+
+
+def _seal(key: bytes, payload: bytes) -> bytes:
+    return seal(_tag(key), key, payload)
+
+
+def _unseal(key: bytes, value, what: str) -> memoryview:
+    return unseal(_tag(key), key, value, what)
 
 
 def _sealed(txn, key: bytes, what: str) -> bytes:
@@ -191,14 +205,14 @@ def seal_root(txn) -> None:
                 raise CorruptionError(f"a metadata key {bytes(k)!r} is damaged (not UTF-8)") from None
             keys[name] = sealed_digest(v)
     root = {"keys": keys, "upd": _last_seq(txn), "ver": _newest_kept_time(txn)}
-    body = bytes(unseal(b"STAT", b"state", read_state_bytes(txn), "archive state")).partition(b"\n")[0]
-    txn.put(b"state", seal(b"STAT", b"state", body + b"\n" + json.dumps(root, separators=(",", ":")).encode()))
+    body = bytes(_unseal(b"state", read_state_bytes(txn), "archive state")).partition(b"\n")[0]
+    txn.put(b"state", _seal(b"state", body + b"\n" + json.dumps(root, separators=(",", ":")).encode()))
 
 
 def read_root(txn) -> dict | None:
     """The root of ``txn``'s version; None for one committed before roots existed (format 2
     archives written by earlier ebb: what must exist is then what is there)."""
-    _, _, root = bytes(unseal(b"STAT", b"state", read_state_bytes(txn), "archive state")).partition(b"\n")
+    _, _, root = bytes(_unseal(b"state", read_state_bytes(txn), "archive state")).partition(b"\n")
     if not root:
         return None
     try:
@@ -248,11 +262,11 @@ def _decoded(decode, payload: bytes, what: str):
 
 
 def parse_config(raw: bytes) -> ArchiveConfig:
-    return _decoded(ArchiveConfig.from_json, bytes(unseal(b"CONF", b"config", raw, "configuration")), "configuration")
+    return _decoded(ArchiveConfig.from_json, bytes(_unseal(b"config", raw, "configuration")), "configuration")
 
 
 def write_config(txn, cfg: ArchiveConfig) -> None:
-    txn.put(b"config", seal(b"CONF", b"config", cfg.to_json()))
+    txn.put(b"config", _seal(b"config", cfg.to_json()))
 
 
 def read_state_bytes(txn) -> bytes:
@@ -260,7 +274,7 @@ def read_state_bytes(txn) -> bytes:
 
 
 def parse_state(raw: bytes) -> ArchiveState:
-    return _decoded(ArchiveState.from_json, bytes(unseal(b"STAT", b"state", raw, "archive state")), "state")
+    return _decoded(ArchiveState.from_json, bytes(_unseal(b"state", raw, "archive state")), "state")
 
 
 def read_state(txn) -> ArchiveState:
@@ -268,7 +282,7 @@ def read_state(txn) -> ArchiveState:
 
 
 def write_state(txn, state: ArchiveState) -> None:
-    txn.put(b"state", seal(b"STAT", b"state", state.to_json()))
+    txn.put(b"state", _seal(b"state", state.to_json()))
 
 
 def read_schema_bytes(txn) -> tuple[bytes, bytes] | None:
@@ -286,9 +300,9 @@ def read_schema_bytes(txn) -> tuple[bytes, bytes] | None:
 
 def parse_schema_history(raw: tuple[bytes, bytes]) -> SchemaHistory:
     schema_raw, history_raw = raw
-    payload = bytes(unseal(b"SCHM", b"schema", schema_raw, "schema"))
+    payload = bytes(_unseal(b"schema", schema_raw, "schema"))
     schema = _decoded(lambda b: pa.ipc.read_schema(pa.py_buffer(b)), payload, "schema")
-    history = bytes(unseal(b"SCHH", b"schemas", history_raw, "schema history")) if history_raw else None
+    history = bytes(_unseal(b"schemas", history_raw, "schema history")) if history_raw else None
     return _decoded(lambda h: SchemaHistory.from_json(schema, h), history, "schema history")
 
 
@@ -299,8 +313,8 @@ def read_schema_history(txn) -> SchemaHistory | None:
 
 
 def write_schema_history(txn, history: SchemaHistory) -> None:
-    txn.put(b"schema", seal(b"SCHM", b"schema", history.schema.serialize().to_pybytes()))
-    txn.put(b"schemas", seal(b"SCHH", b"schemas", history.to_json()))
+    txn.put(b"schema", _seal(b"schema", history.schema.serialize().to_pybytes()))
+    txn.put(b"schemas", _seal(b"schemas", history.to_json()))
 
 
 def _run_value(txn, name: str) -> bytes:
@@ -333,38 +347,38 @@ def delete_run(txn, name: str) -> None:
 def read_garbage(txn) -> list[list]:
     """Space replaced by committed updates: [file name, txn that replaced it, end or None]; end
     is the byte offset below which the file's blocks are dead (None: the whole file)."""
-    raw = _get(txn, b"garbage", b"GARB", "garbage list")
+    raw = _get(txn, b"garbage", "garbage list")
     return json.loads(bytes(raw)) if raw is not None else []
 
 
 def write_garbage(txn, garbage: list[list]) -> None:
-    txn.put(b"garbage", seal(b"GARB", b"garbage", json.dumps(garbage).encode()))
+    txn.put(b"garbage", _seal(b"garbage", json.dumps(garbage).encode()))
 
 
 def read_checkpoint(txn, name: str) -> bytes | None:
     """A producer's progress record (e.g. the scheduler's), committed with its last update."""
-    raw = _get(txn, b"ext/" + name.encode(), b"EXTN", f"checkpoint {name!r}")
+    raw = _get(txn, b"ext/" + name.encode(), f"checkpoint {name!r}")
     return None if raw is None else bytes(raw)
 
 
 def write_checkpoint(txn, name: str, value: bytes) -> None:
     key = b"ext/" + name.encode()
-    txn.put(key, seal(b"EXTN", key, value))
+    txn.put(key, _seal(key, value))
 
 
 def read_migrations(txn) -> list[dict]:
     """The log of layout changes, oldest first."""
-    raw = _get(txn, b"migrations", b"MIGR", "migration log")
+    raw = _get(txn, b"migrations", "migration log")
     return json.loads(bytes(raw)) if raw is not None else []
 
 
 def write_migrations(txn, log: list[dict]) -> None:
-    txn.put(b"migrations", seal(b"MIGR", b"migrations", json.dumps(log).encode()))
+    txn.put(b"migrations", _seal(b"migrations", json.dumps(log).encode()))
 
 
 def append_update_record(txn, seq: int, record: dict) -> None:
     key = b"upd/" + seq.to_bytes(8, "big")
-    txn.put(key, seal(b"UPDT", key, json.dumps(record).encode()))
+    txn.put(key, _seal(key, json.dumps(record).encode()))
 
 
 def read_update_records(txn, last: int | None = None) -> list[dict]:
@@ -376,7 +390,7 @@ def read_update_records(txn, last: int | None = None) -> list[dict]:
             if not k.startswith(b"upd/"):
                 break
             seqs.append(int.from_bytes(k[4:], "big"))
-            out.append(json.loads(bytes(unseal(b"UPDT", bytes(k), v, f"update record {seqs[-1]}"))))
+            out.append(json.loads(bytes(_unseal(bytes(k), v, f"update record {seqs[-1]}"))))
     # records are kept contiguous up to the newest, which the root names: a gap or a missing
     # newest one is a key that lost its bits
     root = read_root(txn)
@@ -416,14 +430,14 @@ def _time_key(t: int) -> bytes:
 
 
 def _kept(k: bytes, v) -> KeptVersion:
-    head, _, body = bytes(unseal(b"VERS", bytes(k), v, "kept version")).partition(b"\n")
+    head, _, body = bytes(_unseal(bytes(k), v, "kept version")).partition(b"\n")
     h = json.loads(head)
     return KeptVersion(h["time"], h["txn"], ArchiveState.from_json(body))
 
 
 def _kept_head(k: bytes, v) -> dict:
     """The head of a kept version: its time, txn and (since roots) the time of the one before."""
-    head = bytes(unseal(b"VERS", bytes(k), v, "kept version")).partition(b"\n")[0]
+    head = bytes(_unseal(bytes(k), v, "kept version")).partition(b"\n")[0]
     return json.loads(head)
 
 
@@ -436,7 +450,7 @@ def keep_version(txn, time: int, state: ArchiveState, retain: int) -> None:
     cur = txn.cursor()
     prev = _kept_head(cur.key(), cur.value())["time"] if _seek_at(cur, time - 1) else None
     head = json.dumps({"time": time, "txn": txn.id(), "prev": prev}).encode()
-    txn.put(key, seal(b"VERS", key, head + b"\n" + state.to_json()))
+    txn.put(key, _seal(key, head + b"\n" + state.to_json()))
     cur = txn.cursor()
     if _seek_at(cur, time - retain):
         _trim(txn, b"ver/", bytes(cur.key())[4:])
@@ -474,11 +488,6 @@ def oldest_kept_version(txn) -> KeptVersion | None:
     return _kept(cur.key(), cur.value())
 
 
-_TAGS = {b"config": b"CONF", b"state": b"STAT", b"schema": b"SCHM", b"schemas": b"SCHH", b"garbage": b"GARB",
-         b"migrations": b"MIGR"}
-_PREFIX_TAGS = {b"run/": b"RUN2", b"ext/": b"EXTN", b"upd/": b"UPDT", b"ver/": b"VERS"}
-
-
 def check_all(txn) -> list[str]:
     """Problems with any metadata entry: every key must be one ebb writes, every value must
     pass its checksum, and every entry the root names must be there with the checksum it names
@@ -488,12 +497,11 @@ def check_all(txn) -> list[str]:
         problems += _check_root(txn)
         for k, v in txn.cursor().iternext():
             k = bytes(k)
-            tag = _TAGS.get(k) or _PREFIX_TAGS.get(k[:4])
-            if tag is None:
+            if _tag(k) is None:
                 problems.append(f"metadata: unknown key {k[:40]!r}")
                 continue
             try:
-                unseal(tag, k, v, f"metadata entry {k[:40]!r}")
+                _unseal(k, v, f"metadata entry {k[:40]!r}")
             except CorruptionError as e:
                 problems.append(str(e))
     except lmdb.Error as e:
@@ -515,7 +523,7 @@ def _check_root(txn) -> list[str]:
         raw = _lookup(txn, name.encode())
         if raw is None:
             out.append(f"metadata: {name!r}, named by the root, is missing")
-        elif len(raw) < 12 or sealed_digest(raw) != digest:
+        elif len(raw) < SEAL_HEAD_BYTES or sealed_digest(raw) != digest:
             out.append(f"metadata: {name!r} is not the value the root names")
     try:
         read_update_records(txn)

@@ -19,8 +19,7 @@ import numpy as np
 from .manifest import read_page_sums, read_run
 from .point_probe import RunArrays
 from .run_descriptor import RunDescriptor
-
-DEFAULT_BYTES = 4 << 20  # LevelDB's block cache is 8 MB; ours holds only metadata
+from .tuning import METADATA_CACHE_BYTES
 
 
 class MetadataCache:
@@ -28,7 +27,7 @@ class MetadataCache:
     ``Archive`` (the Flight server reads in threads, hence the lock). Two threads that miss
     the same entry both read it; the second one's copy is kept."""
 
-    def __init__(self, limit_bytes: int = DEFAULT_BYTES):
+    def __init__(self, limit_bytes: int = METADATA_CACHE_BYTES):
         self.limit = limit_bytes
         self._entries: OrderedDict[tuple[str, str], tuple[object, int]] = OrderedDict()
         self._lock = threading.Lock()

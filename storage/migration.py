@@ -12,9 +12,10 @@ it into the new one at once, each record placed by its stored insertion slot and
 expiration slot (docs/spec.md section 3), so the new layout holds what it would hold had it
 been used from the start. It reads and writes all the live data and holds it in memory.
 
-Both hold the writer lock, so a migration falls between two updates of a running ``ebb run``,
-whose next update reads the new configuration; and both are all-or-nothing, like an update:
-new files are made durable first, and the LMDB commit is the switch.
+Both are writers of ``write_sequence``, as an update is: they hold the writer lock, so a
+migration falls between two updates of a running ``ebb run``, whose next update reads the new
+configuration; and they are all-or-nothing: new files are made durable first, and the LMDB
+commit is the switch.
 """
 
 from __future__ import annotations
@@ -25,21 +26,20 @@ from typing import Callable
 
 import pyarrow as pa
 
-from . import files
 from .block_format import INS_SLOT, older_physical, physical_schema
 from .commit import stage_migration
 from .config import ArchiveConfig, check_config
 from .errors import ConfigError
-from .faults import SimulatedCrash, crash_point
+from .faults import crash_point
 from .iostats import delta as io_delta, proc_io
 from .maintenance import MaintenanceContext, SubIndexChange, norebuild, rebuild
 from .manifest import ArchiveState, DrainingLayout, SubIndexState, read_schema_history, read_state
 from .read_plan import Scan, plan
-from .recovery import recover
 from .schema import widen
 from .task_reader import read_blocks
 from .update import descriptor_reader
 from .update_plan import place
+from .write_sequence import Staged, Writer, durable, run
 
 # what a migration may change; everything else (time model, columns, block size) stays
 LAYOUT_FIELDS = ("layout", "partitioning", "split", "G", "E", "n_wave", "mode", "seed")
@@ -106,46 +106,30 @@ def migrate(archive, target: ArchiveConfig, copy: bool = False, wait_s: float = 
     """Switches ``archive`` to the layout of ``target`` (from ``target_config``), by draining
     or, with ``copy``, by copying the live records. Waits up to ``wait_s`` for a running update.
     Returns the Migration record. All-or-nothing: on any error the archive is unchanged."""
-    with archive.writer_lock(wait_s), archive._metadata_errors():
-        recover(archive.env, archive.data_dir)
-        record = _switch(archive, target, copy, progress)
-        archive._reclaim()
-    return record
+    return run(archive, _Switch(target, copy, progress), wait_s)
 
 
-def _switch(archive, target: ArchiveConfig, copy: bool, progress) -> dict:
-    t0, io0 = time.perf_counter(), proc_io()
-    txn = archive.env.begin(write=True)
-    created: list[str] = []
-    try:
-        current = archive.reads.config(txn)
+class _Switch(Writer):
+    """The layout switch, as ``write_sequence.run`` drives it."""
+
+    def __init__(self, target: ArchiveConfig, copy: bool, progress):
+        self.target, self.copy, self.progress = target, copy, progress
+
+    def write(self, archive, txn, created: list[str]) -> Staged:
+        t0, io0 = time.perf_counter(), proc_io()
+        current, target = archive.reads.config(txn), self.target
         if any(getattr(current, f) != getattr(target, f) for f in asdict(current) if f not in LAYOUT_FIELDS):
             raise ConfigError("a migration changes only the layout; the time model, columns and block size stay")
         state = read_state(txn)
         rec = Migration(
-            method="copy" if copy else "drain", from_layout=_describe(current), to_layout=_describe(target),
+            method="copy" if self.copy else "drain", from_layout=_describe(current), to_layout=_describe(target),
             after_update=state.update_seq, after_slot=state.last_slot, drained_by=None, records_left_draining=0,
             records_copied=0, bytes_read=0, bytes_written=0, blocks_written=0)
-        new_subs = [SubIndexState() for _ in range(target.n)]
-        dropped: list[str] = []
-        if copy:
-            changes = _copy(archive, txn, state, target, created, rec, progress)
-            for ch in changes:
-                new_subs[ch.i] = SubIndexState(ch.runs)
-            dropped = sorted(state.run_names())
-            state.draining = []
-            new_runs = [d for ch in changes for d in ch.new_runs]
+        if self.copy:
+            new_runs, dropped = self._copied(archive, txn, state, created, rec)
         else:
-            old = [s for s in state.subindices]
-            if any(s.runs for s in old):
-                state.draining.insert(0, DrainingLayout(asdict(current), state.last_slot, old))
-            rec.records_left_draining = sum(d.records for d in state.draining)
-            rec.drained_by = max((r.max_exp for d in state.draining for s in d.subindices for r in s.runs), default=None)
-            new_runs = []
-        state.subindices = new_subs
-        if created:
-            files.FS.sync_files(created)
-            files.FS.sync_dir(archive.data_dir)
+            new_runs, dropped = self._drained(current, state, rec)
+        durable(archive.data_dir, created)
         crash_point("migrate.runs_written")
         for k, v in io_delta(io0, proc_io()).items():
             if hasattr(rec, k):
@@ -153,17 +137,31 @@ def _switch(archive, target: ArchiveConfig, copy: bool, progress) -> dict:
         rec.wall_seconds = round(time.perf_counter() - t0, 6)
         stage_migration(txn, target, state, new_runs, dropped, asdict(rec))
         crash_point("migrate.before_commit")
-        txn.commit()
-    except SimulatedCrash:
-        txn.abort()
-        raise
-    except BaseException:
-        txn.abort()
-        for path in created:
-            files.FS.remove(path)
-        raise
-    crash_point("migrate.after_commit")
-    return asdict(rec)
+        return Staged(asdict(rec), new_runs)
+
+    def _copied(self, archive, txn, state: ArchiveState, created: list[str], rec: Migration) -> tuple[list, list[str]]:
+        """Copying: the new layout holds every live record, and every old run is dropped.
+        Returns (the new runs, the dropped ones)."""
+        subs = [SubIndexState() for _ in range(self.target.n)]
+        changes = _copy(archive, txn, state, self.target, created, rec, self.progress)
+        for ch in changes:
+            subs[ch.i] = SubIndexState(ch.runs)
+        dropped = sorted(state.run_names())
+        state.subindices, state.draining = subs, []
+        return [d for ch in changes for d in ch.new_runs], dropped
+
+    def _drained(self, current: ArchiveConfig, state: ArchiveState, rec: Migration) -> tuple[list, list[str]]:
+        """Draining: the current layout's runs move, untouched, into a draining layout, and the
+        new layout starts empty. Nothing is written or dropped."""
+        if any(s.runs for s in state.subindices):
+            state.draining.insert(0, DrainingLayout(asdict(current), state.last_slot, list(state.subindices)))
+        rec.records_left_draining = sum(d.records for d in state.draining)
+        rec.drained_by = max((r.max_exp for d in state.draining for s in d.subindices for r in s.runs), default=None)
+        state.subindices = [SubIndexState() for _ in range(self.target.n)]
+        return [], []
+
+    def committed(self, record: dict) -> None:
+        crash_point("migrate.after_commit")
 
 
 def _copy(archive, txn, state: ArchiveState, target: ArchiveConfig, created: list[str], rec: Migration,

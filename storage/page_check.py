@@ -15,10 +15,8 @@ import pyarrow as pa
 
 from .arrow_np import to_np
 from .checksum import page_sum
+from .disk_format import IPC_PREFIX_BYTES, PAGE_BYTES, page_count
 from .errors import CorruptionError
-from .run_descriptor import PAGE_BYTES
-
-_IPC_PREFIX = 8  # continuation marker and metadata length, before the flatbuffer metadata
 
 
 class PageCheck:
@@ -31,7 +29,7 @@ class PageCheck:
         self._mv = memoryview(view)  # slicing a memoryview is much cheaper than slicing a pa.Buffer
         self._sums = sums.tolist()
         self._checked: set[int] = set()
-        if len(self._sums) != (view.size + PAGE_BYTES - 1) // PAGE_BYTES:
+        if len(self._sums) != page_count(view.size):
             raise CorruptionError(f"{where} has {len(self._sums)} page sums for {view.size} bytes")
 
     def span(self, start: int, stop: int) -> None:
@@ -119,11 +117,11 @@ def decode_in_place(view: pa.Buffer, sums: np.ndarray, schema: pa.Schema, where:
     """The block in ``view`` decoded zero-copy after checking its metadata pages, and the
     checker for the rest; no column value has been checked yet."""
     check = PageCheck(view, sums, where, prefetch)
-    check.span(0, _IPC_PREFIX)
-    meta = int.from_bytes(check._mv[4:8], "little", signed=True)
-    if not 0 < meta <= view.size - _IPC_PREFIX:
+    check.span(0, IPC_PREFIX_BYTES)
+    meta = int.from_bytes(check._mv[4:IPC_PREFIX_BYTES], "little", signed=True)
+    if not 0 < meta <= view.size - IPC_PREFIX_BYTES:
         raise CorruptionError(f"{where}: metadata length {meta} does not fit the block")
-    check.span(0, _IPC_PREFIX + meta)
+    check.span(0, IPC_PREFIX_BYTES + meta)
     try:
         batch = pa.ipc.read_record_batch(view, schema)
     except (pa.ArrowInvalid, pa.ArrowIOError, ValueError) as e:

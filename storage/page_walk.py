@@ -23,7 +23,9 @@ import numpy as np
 
 from .errors import CorruptionError
 
+# LMDB's format (mdb.c), not ebb's: it holds for every LMDB file, whatever ebb's format version
 _MAGIC = 0xBEEFC0DE
+_PAGE_SIZES = (4096, 8192, 16384, 32768, 65536)  # the page sizes LMDB can have written; two meta pages lead the file
 _HDR = 16  # page header: pgno (8), pad (2), flags (2), lower (2), upper (2)
 _NODE = 8  # node header: lo, hi, flags, ksize (2 each)
 _BRANCH, _LEAF, _OVERFLOW = 0x01, 0x02, 0x04
@@ -37,7 +39,7 @@ def check(path: str, txn_id: int) -> None:
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size < 2 * 4096:
+            if size < 2 * _PAGE_SIZES[0]:
                 raise CorruptionError(f"{path}: the metadata file has {size} bytes, too few for LMDB")
             m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
     except OSError as e:
@@ -47,7 +49,7 @@ def check(path: str, txn_id: int) -> None:
 
 def _check(buf: np.ndarray, path: str, txn_id: int) -> None:
     metas = [_meta(buf, at) for at in (0, None)]
-    psize = metas[0]["psize"] if metas[0] else 4096
+    psize = metas[0]["psize"] if metas[0] else _PAGE_SIZES[0]
     metas[1] = _meta(buf, psize)
     meta = next((m for m in metas if m and m["txnid"] == txn_id), None)
     if meta is None and all(m and m["txnid"] > txn_id for m in metas):
@@ -58,7 +60,7 @@ def _check(buf: np.ndarray, path: str, txn_id: int) -> None:
     if meta is None:
         raise CorruptionError(f"{path}: no meta page names version {txn_id} (LMDB's meta pages are damaged)")
     psize = meta["psize"]
-    if psize not in (4096, 8192, 16384, 32768, 65536):
+    if psize not in _PAGE_SIZES:
         raise CorruptionError(f"{path}: its meta page gives page size {psize}")
     # LMDB may count pages it allocated but never wrote (the file then ends before the meta's
     # last page); a tree must not reach past the file's end, where LMDB would fault

@@ -1,7 +1,7 @@
 """An update whose new run files are written by other processes (Spark tasks), then adopted at
 the archive's single commit point.
 
-It is ``update.apply`` cut in three, so that the records never gather in one process:
+It is ``update.Update`` cut in three, so that the records never gather in one process:
 
 1. ``prepare`` (the driver, holding the writer lock) checks the update time and the batch's
    schema and splits the work into *parts*. A Rebuild part is a key range of one touched
@@ -14,9 +14,9 @@ It is ``update.apply`` cut in three, so that the records never gather in one pro
    a sectioned run. The file is fsync'd with its directory entry, and a ``PartResult`` (the
    sealed descriptor and counts) is all that goes back. Executors need the data directory,
    never the metadata.
-3. ``finish`` (the driver) checks that every part came back exactly once, applies NoRebuild
-   deletions (metadata only), and commits the new version with the producer's checkpoint in
-   one LMDB transaction, as ``update.apply`` does.
+3. ``PartsCommit`` (the driver, a writer of ``write_sequence.run``) checks that every part came
+   back exactly once, applies NoRebuild deletions (metadata only), and commits the new version
+   with the producer's checkpoint in one LMDB transaction, as ``update.Update`` does.
 
 A failed, retried or duplicated task leaves only files that no commit references: recovery
 removes them before the next update. A Rebuild sub-index written by several parts holds one
@@ -44,6 +44,7 @@ from .schema import SchemaHistory
 from .update import descriptor_reader, finish_update, input_table
 from .update_plan import UpdatePlan, plan_update, subindex_of_rows, touched
 from .validate import check_rows, conform_batch, conform_to, update_slot
+from .write_sequence import Staged, Writer, commit, durable
 
 # live bytes of a Rebuild sub-index one task rewrites: small enough that a thesis-large update
 # (7 touched sub-indices of ~300 MB) gives every core several parts, large enough that a part's
@@ -161,9 +162,7 @@ class PartitionedUpdate:
                 ch = rewrite(ctx, part.i, part.slices, rows, part.delete_upto, (part.lo, part.hi))
             else:
                 ch = norebuild(ctx, part.i, SubIndexState(), rows, slots, None)
-            if created:
-                files.FS.sync_files(created)
-                files.FS.sync_dir(self.data_dir)
+            durable(self.data_dir, created)
         except BaseException:
             for path in created:  # files of an update that will not commit
                 files.FS.remove(path)
@@ -229,55 +228,81 @@ def _rebuild_parts(ctx: MaintenanceContext, i: int, current: SubIndexState, dele
     return parts
 
 
-def finish(archive, pu: PartitionedUpdate, results: list[PartResult], checkpoint: dict[str, bytes] | None = None,
-           late_rows: int = 0, t0: float | None = None, io0: dict | None = None) -> dict:
-    """Adopts the parts' runs and commits the update (caller holds the writer lock since
-    ``prepare``). ArchiveError, with nothing committed, if a part is missing or the archive moved."""
-    t0 = time.perf_counter() if t0 is None else t0
-    io0 = proc_io() if io0 is None else io0
-    crash_point("partitioned.results_in")
-    got = sorted(r.part for r in results)
-    if got != list(range(len(pu.parts))):
-        raise ArchiveError(f"the update's parts came back as {got}, expected each of 0..{len(pu.parts) - 1} once")
-    cfg = pu.config
-    txn = archive.env.begin(write=True)
-    try:
+class PartsCommit(Writer):
+    """The commit of an update planned as ``pu`` whose parts came back as ``results``, as
+    ``write_sequence.run`` drives it. A caller that plans or gathers the parts under the
+    writer lock overrides ``prepare`` to set ``pu`` and ``results``. ``t0``, ``io0``: when the
+    update started, for its record (default: when its commit starts)."""
+
+    def __init__(self, pu: PartitionedUpdate | None = None, results: list[PartResult] | None = None,
+                 checkpoint: dict[str, bytes] | None = None, late_rows: int = 0, t0: float | None = None,
+                 io0: dict | None = None):
+        self.pu, self.results = pu, results or []
+        self.checkpoint, self.late_rows, self.t0, self.io0 = checkpoint, late_rows, t0, io0
+
+    def write(self, archive, txn, created: list[str]) -> Staged:
+        t0 = time.perf_counter() if self.t0 is None else self.t0
+        io0 = proc_io() if self.io0 is None else self.io0
+        pu, results = self.pu, self.results
+        crash_point("partitioned.results_in")
+        got = sorted(r.part for r in results)
+        if got != list(range(len(pu.parts))):
+            raise ArchiveError(f"the update's parts came back as {got}, expected each of 0..{len(pu.parts) - 1} once")
         state = read_state(txn)
         if state.update_seq != pu.base_seq:
             raise ArchiveError(f"the archive moved from update {pu.base_seq} to {state.update_seq} while this "
                                "update's parts were written; nothing was committed")
-        plan = _empty_plan(cfg, state, pu.slot, pu.schema)
+        plan = _empty_plan(pu.config, state, pu.slot, pu.schema)
         plan.input_rows = sum(r.input_rows for r in results)
         plan.dropped = sum(r.dropped for r in results)
-        deletes, _ = touched(plan, state)
-        descriptor = descriptor_reader(archive, txn)
-        changes: dict[int, SubIndexChange] = {}
-        if cfg.mode == "norebuild":
-            ctx = MaintenanceContext(cfg, pu.schemas, archive.data_dir, archive.open_files, descriptor, 0, [])
-            empty = pu.schema.empty_table()
-            for i in sorted(deletes):
-                changes[i] = norebuild(ctx, i, state.subindices[i], empty, np.zeros(0, np.int64), pu.slot)
-        for r in sorted(results, key=lambda r: r.part):
-            i = pu.parts[r.part].i
-            ch = changes.get(i)
-            if ch is None:
-                ch = changes[i] = SubIndexChange(i, [] if cfg.mode == "rebuild" else list(state.subindices[i].runs))
-                if cfg.mode == "rebuild":
-                    ch.dropped_runs = [run.name for run in state.subindices[i].runs]
-            ch.inserted += r.inserted
-            ch.deleted += r.deleted
-            ch.blocks_read += r.blocks_read
-            ch.bytes_read += r.bytes_read
-            if r.run is not None:
-                desc = RunDescriptor.from_bytes(r.run, r.run_name, f"part {r.part}'s run {r.run_name}")
-                ch.new_runs.append(desc)
-                ch.runs.append(LiveRun.of(desc, 0))
-                ch.blocks_written += int(desc.blocks.size)
-                ch.bytes_written += desc.file_bytes
-        record = finish_update(txn, state, plan, [changes[i] for i in sorted(changes)], late_rows,
-                               pu.schemas if pu.sets_schema else None, checkpoint, t0, io0)
-    except BaseException:
-        txn.abort()
-        raise
-    crash_point("update.after_commit")
+        changes = _changes_of(archive, txn, pu, state, plan, results)
+        record = finish_update(txn, state, plan, changes, self.late_rows, pu.schemas if pu.sets_schema else None,
+                               self.checkpoint, t0, io0)
+        return Staged(record, [desc for ch in changes for desc in ch.new_runs])
+
+    def committed(self, record: dict) -> None:
+        crash_point("update.after_commit")
+
+
+def _changes_of(archive, txn, pu: PartitionedUpdate, state, plan: UpdatePlan,
+                results: list[PartResult]) -> list[SubIndexChange]:
+    """The parts' runs as the changes of the sub-indices they replace or add to, with NoRebuild
+    deletions applied (metadata only)."""
+    cfg = pu.config
+    deletes, _ = touched(plan, state)
+    changes: dict[int, SubIndexChange] = {}
+    if cfg.mode == "norebuild":
+        ctx = MaintenanceContext(cfg, pu.schemas, archive.data_dir, archive.open_files, descriptor_reader(archive, txn),
+                                 0, [])
+        empty = pu.schema.empty_table()
+        for i in sorted(deletes):
+            changes[i] = norebuild(ctx, i, state.subindices[i], empty, np.zeros(0, np.int64), pu.slot)
+    for r in sorted(results, key=lambda r: r.part):
+        i = pu.parts[r.part].i
+        ch = changes.get(i)
+        if ch is None:
+            ch = changes[i] = SubIndexChange(i, [] if cfg.mode == "rebuild" else list(state.subindices[i].runs))
+            if cfg.mode == "rebuild":
+                ch.dropped_runs = [run.name for run in state.subindices[i].runs]
+        ch.inserted += r.inserted
+        ch.deleted += r.deleted
+        ch.blocks_read += r.blocks_read
+        ch.bytes_read += r.bytes_read
+        if r.run is not None:
+            desc = RunDescriptor.from_bytes(r.run, r.run_name, f"part {r.part}'s run {r.run_name}")
+            ch.new_runs.append(desc)
+            ch.runs.append(LiveRun.of(desc, 0))
+            ch.blocks_written += int(desc.blocks.size)
+            ch.bytes_written += desc.file_bytes
+    return [changes[i] for i in sorted(changes)]
+
+
+def finish(archive, pu: PartitionedUpdate, results: list[PartResult], checkpoint: dict[str, bytes] | None = None,
+           late_rows: int = 0, t0: float | None = None, io0: dict | None = None) -> dict:
+    """``PartsCommit``'s commit alone, for a caller that holds the writer lock since ``prepare``
+    and does the rest of ``write_sequence.run`` itself. ArchiveError, with nothing committed, if a
+    part is missing or the archive moved."""
+    writer = PartsCommit(pu, results, checkpoint, late_rows, t0, io0)
+    record = commit(archive, writer).record
+    writer.committed(record)
     return record

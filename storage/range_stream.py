@@ -12,7 +12,7 @@ many rounds as it has blocks and sections.
 
 Memory is bounded by the plan's shape, not by the result: one block per stream (its section's
 blocks ending in the same (key, exp), in the rare case that one (key, exp) spans blocks), plus
-the chunk being sorted and the output gathered up to ``OUT_BYTES``.
+the chunk being sorted and the output gathered up to ``RANGE_OUT_BYTES``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from .arrow_np import from_np, to_np
-
-OUT_BYTES = 1 << 20  # gather sorted chunks into batches of about this size (not one per round)
+from .tuning import RANGE_OUT_BYTES
 
 
 def ordered(batches: list[pa.RecordBatch], schema: pa.Schema, key: str, exp: str, ts: str) -> pa.Table:
@@ -62,7 +61,7 @@ def merged(streams: Iterable[Iterator[pa.RecordBatch]], schema: pa.Schema, key: 
             if s.last == bound:  # its held rows all sort at the bound: the next block may hold more of them
                 s.read()
         held = [s for s in held if s.rows.num_rows]
-        if size >= OUT_BYTES or not held:
+        if size >= RANGE_OUT_BYTES or not held:
             yield from out
             out, size = [], 0
 

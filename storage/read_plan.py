@@ -14,10 +14,10 @@ from typing import Any, Callable
 import numpy as np
 
 from .manifest import ArchiveState, SubIndexState
-from .run_descriptor import BlockEntry, RunDescriptor
+from .disk_format import BlockEntry
+from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
-
-SCAN_TASK_BYTES = 64 << 20  # a scan task reads at most this much (one Spark partition)
+from .tuning import SCAN_TASK_BYTES
 
 
 @dataclass(frozen=True)

@@ -25,36 +25,15 @@ import json
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
 from .checksum import seal, unseal
+from .disk_format import (BLOCK, BLOCK_ENTRY_BYTES, INT_KEY, METADATA_PREFIX_TAGS, PAGE_BYTES, PAGE_SUM, BlockEntry,
+                          page_count)
 from .errors import CorruptionError
 
-BLOCK = np.dtype([
-    ("offset", "<u8"), ("length", "<u4"), ("rows", "<u4"), ("min_exp", "<i8"), ("max_exp", "<i8"),
-    ("max_ts", "<i8"), ("slot", "<i8"), ("checksum", "<u8"),
-])
-_TAG = b"RUN2"
-PAGE_BYTES = 4096  # the unit of a probe's reads and checks inside a block
-
-
-class BlockEntry(NamedTuple):
-    """One BLOCK entry as plain Python values (numpy field access costs microseconds each)."""
-
-    offset: int
-    length: int
-    rows: int
-    min_exp: int
-    max_exp: int
-    max_ts: int
-    slot: int
-    checksum: int
-
-    @staticmethod
-    def all(blocks: np.ndarray) -> list["BlockEntry"]:
-        return [BlockEntry._make(t) for t in blocks.tolist()]
+_TAG = METADATA_PREFIX_TAGS[b"run/"]
 _LEN = struct.Struct("<I")
 
 
@@ -79,7 +58,7 @@ class RunDescriptor:
         slot = self.blocks["slot"]
         starts = np.flatnonzero(np.diff(slot)) + 1 if slot.size > 1 else np.zeros(0, np.int64)
         self.section_bounds = [0, *starts.tolist(), int(slot.size)] if slot.size else [0]
-        pages = (self.blocks["length"].astype(np.int64) + PAGE_BYTES - 1) // PAGE_BYTES
+        pages = page_count(self.blocks["length"].astype(np.int64))
         self.page_start = np.concatenate([[0], np.cumsum(pages)])
 
     def entries(self, start: int = 0, stop: int | None = None) -> list[BlockEntry]:
@@ -150,10 +129,10 @@ class RunDescriptor:
             meta["schema"] = self.schema
         head = json.dumps(meta).encode()
         if int_keys:
-            keys = np.array(self.first_keys + self.last_keys, dtype="<i8").tobytes()
+            keys = np.array(self.first_keys + self.last_keys, dtype=INT_KEY).tobytes()
         else:
             keys = json.dumps([self.first_keys, self.last_keys]).encode()
-        sums = b"" if self.sums is None else np.ascontiguousarray(self.sums, "<u4").tobytes()
+        sums = b"" if self.sums is None else np.ascontiguousarray(self.sums, PAGE_SUM).tobytes()
         # the page sums go last, so that ebb versions from before them read the rest unchanged
         body = _LEN.pack(len(head)) + head + np.ascontiguousarray(self.blocks, BLOCK).tobytes() + keys + sums
         return seal(_TAG, self.key(self.name), body)
@@ -169,9 +148,9 @@ class RunDescriptor:
         CorruptionError naming ``what`` if damaged."""
         body, head, blocks, pos, end = _parse(value, name, what)
         n = head["n"]
-        sums = np.frombuffer(body, "<u4", (len(body) - end) // 4, end).copy() if with_sums and "page" in head else None
+        sums = _sums(body, head, end) if with_sums else None
         if head["keys"] == "int":
-            keys = np.frombuffer(body, "<i8", 2 * n, pos).tolist()
+            keys = np.frombuffer(body, INT_KEY, 2 * n, pos).tolist()
             first, last = keys[:n], keys[n:]
         else:
             try:
@@ -189,7 +168,7 @@ class RunDescriptor:
         """The page sums in the sealed descriptor of run ``name`` (None: written without);
         CorruptionError naming ``what`` if damaged."""
         body, head, _, _, end = _parse(value, name, what)
-        return np.frombuffer(body, "<u4", (len(body) - end) // 4, end).copy() if "page" in head else None
+        return _sums(body, head, end)
 
 
 def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.ndarray, int, int]:
@@ -209,20 +188,25 @@ def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.nda
         raise _malformed(what, name, "its head")
     n = head["n"]
     pos = 4 + hl
-    if len(body) < pos + n * BLOCK.itemsize:
+    if len(body) < pos + n * BLOCK_ENTRY_BYTES:
         raise _malformed(what, name, f"fewer than its {n} blocks")
     blocks = np.frombuffer(body, BLOCK, n, pos)
-    pos += n * BLOCK.itemsize
+    pos += n * BLOCK_ENTRY_BYTES
     end = len(body)
     if type(head.get("schema", 0)) is not int or head.get("schema", 0) < 0:
         raise CorruptionError(f"{what}: run {name} names schema version {head['schema']!r}")
     if "page" in head:
         if head["page"] != PAGE_BYTES:
             raise CorruptionError(f"{what}: run {name} has pages of {head['page']!r} bytes, this ebb reads {PAGE_BYTES}")
-        end -= 4 * int(((blocks["length"].astype(np.int64) + PAGE_BYTES - 1) // PAGE_BYTES).sum())
-    if end < pos or head["keys"] == "int" and end - pos != 16 * n:
+        end -= PAGE_SUM.itemsize * int(page_count(blocks["length"].astype(np.int64)).sum())
+    if end < pos or head["keys"] == "int" and end - pos != 2 * INT_KEY.itemsize * n:
         raise _malformed(what, name, "its keys and page sums do not fill it")
     return body, head, blocks, pos, end
+
+
+def _sums(body: memoryview, head: dict, end: int) -> np.ndarray | None:
+    """The page sums at the end of a parsed descriptor (from ``end``; None: written without)."""
+    return np.frombuffer(body, PAGE_SUM, (len(body) - end) // PAGE_SUM.itemsize, end).copy() if "page" in head else None
 
 
 def _malformed(what: str, name: str, part: str) -> CorruptionError:

@@ -16,8 +16,9 @@ import pyarrow as pa
 
 from . import files
 from .block_format import encode_blocks
+from .disk_format import BLOCK, PAGE_BYTES, PAGE_SUM, BlockEntry
 from .faults import crash_point
-from .run_descriptor import BLOCK, PAGE_BYTES, RunDescriptor
+from .run_descriptor import RunDescriptor
 
 
 class RunWriter:
@@ -31,7 +32,7 @@ class RunWriter:
         self._cols = (key, ts, exp)
         self._block_bytes = block_bytes
         self._file = files.FS.create(self.path)
-        self._entries: list[tuple] = []
+        self._entries: list[BlockEntry] = []
         self._first: list = []
         self._last: list = []
         self._sums: list[np.ndarray] = []
@@ -40,8 +41,7 @@ class RunWriter:
         """Appends records sorted by (slot, key, exp), continuing the order of earlier calls."""
         key, ts, exp = self._cols
         for blk in encode_blocks(table, key, ts, exp, self._block_bytes, PAGE_BYTES, slots):
-            self._entries.append((self._file.size, blk.data.size, blk.rows, blk.min_exp, blk.max_exp,
-                                  blk.max_ts, blk.slot, blk.checksum))
+            self._entries.append(blk.at(self._file.size))
             self._first.append(blk.first_key)
             self._last.append(blk.last_key)
             self._sums.append(blk.sums)
@@ -55,7 +55,7 @@ class RunWriter:
         if sync:
             files.FS.sync_files([self.path])
         blocks = np.array(self._entries, dtype=BLOCK) if self._entries else np.zeros(0, BLOCK)
-        sums = np.concatenate(self._sums) if self._sums else np.zeros(0, np.uint32)
+        sums = np.concatenate(self._sums) if self._sums else np.zeros(0, PAGE_SUM)
         return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last, sums, schema=self.schema_version)
 
     def close(self) -> None:

@@ -20,14 +20,13 @@ import pyarrow as pa
 
 from .arrow_np import from_np, to_np
 from .block_format import decode_block, older_physical
+from .disk_format import METADATA_GUESS_BYTES, BlockEntry, visible_columns
 from .errors import CorruptionError
 from .files import OpenFiles
 from .page_check import decode_in_place, in_range, key_rows
 from .read_plan import ReadTask
-from .run_descriptor import BlockEntry
 from .schema import widen
-
-SPAN_BYTES = 8 << 20  # largest single read of adjacent blocks
+from .tuning import SPAN_BYTES
 
 
 def spans(entries: Sequence[BlockEntry], limit: int = SPAN_BYTES) -> list[tuple[int, int]]:
@@ -67,9 +66,9 @@ def execute(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, ts: s
     the others. CorruptionError naming ``what`` if a block is damaged."""
     wanted = None
     if task.columns is not None:  # the run lacks columns added since it was written
-        wanted = pa.schema(list(schema)[:-1])
+        wanted = pa.schema(list(schema)[:visible_columns(len(schema))])
         schema = older_physical(schema, task.columns)
-    visible = list(range(len(schema) - 1))  # every column but the hidden insertion slot
+    visible = list(range(visible_columns(len(schema))))  # every column but the hidden ones
     where = f"{what}, run {task.file}"
     if task.keyed:
         blocks = _keyed(task, files, schema, key, where)
@@ -122,15 +121,12 @@ def _head_bytes(schema: pa.Schema, key: str) -> Callable[[int], int]:
     for f in schema:
         t = f.type
         if pa.types.is_string(t) or pa.types.is_binary(t):
-            return lambda rows: _METADATA_BYTES
+            return lambda rows: METADATA_GUESS_BYTES
         per_row += 0.125 + (0.125 if pa.types.is_boolean(t) else t.bit_width // 8)
         columns += 1
         if f.name == key:
             break
-    return lambda rows: _METADATA_BYTES + int(per_row * rows) + 16 * columns
-
-
-_METADATA_BYTES = 4096  # a block's IPC metadata is a few hundred bytes per column
+    return lambda rows: METADATA_GUESS_BYTES + int(per_row * rows) + 16 * columns
 
 
 def _keyed(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, where: str) -> Iterator[tuple[BlockEntry, pa.RecordBatch]]:
@@ -160,7 +156,7 @@ def _keyed(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, where:
             data = files.source(task.file, sequential=False).read(e.offset, e.length, block)
             yield e, _keys(decode_block(data, schema, e.offset, e.rows, e.checksum, where), key, task.key_ranges)
             continue
-        columns = batch.columns[:-1]  # every column but the hidden insertion slot
+        columns = batch.columns[:visible_columns(batch.num_columns)]  # every column but the hidden ones
         for a, b in rows:
             check.rows_of(columns, a, b)
             yield e, batch.slice(a, b - a)

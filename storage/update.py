@@ -1,9 +1,10 @@
-"""One periodic update (docs/spec.md section 2): validate, plan, maintain, commit.
+"""One periodic update (docs/spec.md section 2): validate, plan, maintain, stage.
 
-The update runs inside one LMDB write transaction and in three parts: ``update_plan`` (pure:
-slots, sub-indices, touched sets), ``maintenance`` (new run files, written and fsync'd), and
-``commit`` (the new version in the transaction, then its commit: the single commit point). On
-any error before the commit the transaction is aborted and the files it created are removed,
+``Update`` is the writer ``write_sequence.run`` drives (``Archive.load``), inside its one LMDB
+write transaction and in three parts: ``update_plan`` (pure: slots, sub-indices, touched sets),
+``maintenance`` (new run files, written and fsync'd), and ``finish_update`` (the new version
+staged in the transaction, which the sequence commits: the single commit point). On any error
+before the commit the sequence aborts the transaction and removes the files the update created,
 leaving the archive exactly as it was. Nothing after the commit can undo it.
 """
 
@@ -14,10 +15,9 @@ from typing import Callable
 
 import pyarrow as pa
 
-from . import files
-from .commit import commit, stage
+from .commit import stage
 from .drain import drain
-from .faults import SimulatedCrash, crash_point
+from .faults import crash_point
 from .iostats import delta as io_delta, proc_io
 from .maintenance import MaintenanceContext, SubIndexChange, norebuild, rebuild
 from .manifest import read_schema_history, read_state
@@ -26,19 +26,24 @@ from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
 from .update_record import UpdateRecord
 from .validate import check_rows, conform_batch, update_slot
+from .write_sequence import Staged, Writer, durable
 
 Progress = Callable[[str], None]
 
 
-def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
-          checkpoint: dict[str, bytes] | None = None, late_rows: int = 0) -> dict:
-    """Applies one update at time ``at`` with the records of ``table`` and returns its record.
-    ``checkpoint`` entries (name -> bytes) and ``late_rows`` commit in the same transaction, so
-    a producer's progress and the data can never disagree. Caller holds the writer lock."""
-    t0, io0 = time.perf_counter(), proc_io()
-    txn = archive.env.begin(write=True)
-    created: list[str] = []
-    try:
+class Update(Writer):
+    """The update at time ``at`` with the records of ``table``. ``checkpoint`` entries (name ->
+    bytes) and ``late_rows`` commit in the same transaction, so a producer's progress and the
+    data can never disagree."""
+
+    def __init__(self, table: pa.Table, at: int, progress: Progress | None = None,
+                 checkpoint: dict[str, bytes] | None = None, late_rows: int = 0):
+        self.table, self.at, self.progress = table, at, progress
+        self.checkpoint, self.late_rows = checkpoint, late_rows
+
+    def write(self, archive, txn, created: list[str]) -> Staged:
+        t0, io0 = time.perf_counter(), proc_io()
+        at, table = self.at, self.table
         cfg = archive.reads.config(txn)  # ``migrate`` may have changed the layout since the last update
         state = read_state(txn)
         j = update_slot(cfg, state, at)
@@ -50,43 +55,35 @@ def apply(archive, table: pa.Table, at: int, progress: Progress | None = None,
         crash_point("update.validated")
 
         plan = plan_update(cfg, state.last_slot, j, table)
-        deletes, inserts = touched(plan, state)
-
         ctx = MaintenanceContext(cfg, schemas, archive.data_dir, archive.open_files, descriptor_reader(archive, txn),
                                  state.update_seq + 1, created)
+        changes = self._maintain(ctx, state, plan)
+        durable(archive.data_dir, created)
+        crash_point("update.runs_written")
+
+        record = finish_update(txn, state, plan, changes, self.late_rows,
+                               schemas if sets_schema and schemas is not stored else None, self.checkpoint, t0, io0)
+        return Staged(record, [desc for ch in changes for desc in ch.new_runs])
+
+    def _maintain(self, ctx: MaintenanceContext, state, plan: UpdatePlan) -> list[SubIndexChange]:
+        """Writes the new runs of every sub-index the update touches."""
+        deletes, inserts = touched(plan, state)
         changes = []
         todo = sorted(deletes | inserts)
         for step, i in enumerate(todo, 1):
-            if progress:
+            if self.progress:
                 what = "delete+insert" if i in deletes and i in inserts else "delete" if i in deletes else "insert"
-                progress(f"I{i + 1}: {what} ({step}/{len(todo)})")
+                self.progress(f"I{i + 1}: {what} ({step}/{len(todo)})")
             rows, slots = plan.rows_of(i)
-            if cfg.mode == "rebuild":
-                ch = rebuild(ctx, i, state.subindices[i], rows, at if i in deletes else None)
+            if ctx.config.mode == "rebuild":
+                ch = rebuild(ctx, i, state.subindices[i], rows, self.at if i in deletes else None)
             else:
-                ch = norebuild(ctx, i, state.subindices[i], rows, slots, j if i in deletes else None)
+                ch = norebuild(ctx, i, state.subindices[i], rows, slots, plan.slot if i in deletes else None)
             changes.append(ch)
-        if created:  # the new files, and their names, are durable before the commit
-            files.FS.sync_files(created)
-            files.FS.sync_dir(archive.data_dir)
-        crash_point("update.runs_written")
+        return changes
 
-        record = finish_update(txn, state, plan, changes, late_rows,
-                               schemas if sets_schema and schemas is not stored else None, checkpoint, t0, io0)
-    except SimulatedCrash:
-        txn.abort()  # as a crash would lose it; files stay behind, as a crash leaves them
-        raise
-    except BaseException:
-        txn.abort()
-        for path in created:  # files of an update that will not commit
-            files.FS.remove(path)
-        raise
-    for ch in changes:  # committed: readers in this process find the new runs' descriptors cached
-        for desc in ch.new_runs:  # and their files mapped, as RocksDB opens a compaction's output
-            archive.metadata.adopt(desc)
-            archive.open_files.warm(desc.name)
-    crash_point("update.after_commit")
-    return record
+    def committed(self, record: dict) -> None:
+        crash_point("update.after_commit")
 
 
 def input_table(table: pa.Table, cfg, stored: SchemaHistory | None) -> pa.Table:
@@ -109,9 +106,8 @@ def descriptor_reader(archive, txn) -> Callable[[str], RunDescriptor]:
 def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], late_rows: int,
                   schemas: SchemaHistory | None, checkpoint: dict[str, bytes] | None, t0: float, io0: dict) -> dict:
     """Writes the new version (state, runs, update record, checkpoint, runs drained from
-    replaced layouts, and ``schemas`` if this update set or grew the schema) into ``txn`` and
-    commits it: the single commit point, shared by updates whose runs this process or Spark
-    tasks wrote.
+    replaced layouts, and ``schemas`` if this update set or grew the schema) into ``txn``, for
+    ``write_sequence`` to commit: shared by updates whose runs this process or Spark tasks wrote.
     ``plan`` gives the update's slot and planned sets; ``plan.rows`` is not used."""
     j, at = plan.slot, plan.time
     state.last_slot = j
@@ -138,5 +134,5 @@ def finish_update(txn, state, plan: UpdatePlan, changes: list[SubIndexChange], l
         setattr(record, k, v)
     record.wall_seconds = round(time.perf_counter() - t0, 6)
     stage(txn, state, changes, schemas, checkpoint, record.to_dict(), drained.runs)
-    commit(txn)
+    crash_point("update.before_commit")
     return record.to_dict()

@@ -21,15 +21,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .archive import PublishedArchive
-from .block_format import INS_SLOT, decode_block, older_physical, physical_schema
+from .block_format import decode_block, older_physical
 from .checksum import page_sums
 from .config import ArchiveConfig
+from .disk_format import FORMAT_VERSION, INS_SLOT_COLUMN, PAGE_BYTES, physical_schema
 from .errors import CorruptionError, EbbError
 from .files import parse_run_file
 from .leases import LEASE_DIR
 from .manifest import LiveRun, check_all, read_garbage, read_run
 from .published import META_DIR, copies, current_copy, open_copy
-from .run_descriptor import PAGE_BYTES
 from .task_reader import read_block_bytes
 
 
@@ -96,8 +96,6 @@ def verify(archive, progress: Callable[[int, int], None] | None = None) -> tuple
 def check_published(data_dir: str) -> list[str]:
     """Problems with the metadata published in ``data_dir``: its pointer, and in every copy kept
     the pages (``page_walk``), every entry's seal and the root."""
-    from .manifest import FORMAT_VERSION
-
     try:
         current_copy(data_dir, FORMAT_VERSION)
     except EbbError as e:
@@ -162,7 +160,7 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
             out.append(f"{name}, block at byte {e.offset}: page sums differ from the descriptor's")
         k = batch.column(key)
         ev, tv = batch.column(exp).to_numpy(), batch.column(ts).to_numpy()
-        ins = batch.column(INS_SLOT).to_numpy()
+        ins = batch.column(INS_SLOT_COLUMN).to_numpy()
         where = f"{name}, block at byte {e.offset}"
         first, last = k[0].as_py(), k[-1].as_py()
         if (first, last) != (desc.first_keys[b], desc.last_keys[b]):

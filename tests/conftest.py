@@ -20,7 +20,7 @@ def spark():
 @pytest.fixture(autouse=True)
 def no_user_calibration(tmp_path_factory, monkeypatch):
     """`layout = "auto"` follows the layout advisor once a calibration exists in the user's config
-    directory (indexer/advisor.py); tests see none unless they write one."""
+    directory (indexer/advisor/auto.py); tests see none unless they write one."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
 
 

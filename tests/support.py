@@ -79,5 +79,5 @@ def ebb(*args, env=None, check=False) -> subprocess.CompletedProcess:
     """Runs the ebb CLI in a separate process."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "ebb.query.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ebb.tools.cli", *map(str, args)], capture_output=True, text=True,
                           env=full_env, check=check)

@@ -20,13 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ebb.indexer.advisor.bench import compare, measured_candidates, recorded_schedule, spearman, workload_profile
+from ebb.indexer.advisor.cost_model import Calibration, Candidate, Mix, candidate_of, candidates, predict, rank
+from ebb.indexer.advisor.layout_sim import simulate
+from ebb.indexer.advisor.workload_profile import archive_profile, job_profile, uniform_lifetime_offsets
 from ebb.indexer.jobspec import load_job
-from ebb.indexer.workload_profile import archive_profile, job_profile, uniform_lifetime_offsets
-from ebb.storage.cost_model import Calibration, Candidate, Mix, candidate_of, candidates, predict, rank
 from ebb.storage.errors import UsageError
-from ebb.storage.layout_sim import simulate
-from ebb.tools.advisor_bench import (compare, measured_candidates, recorded_schedule, spearman,
-                                     workload_profile)
 from ebb.tools.workloads import WORKLOADS, Workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +39,7 @@ def calibration() -> Calibration:
 
 
 def ebb(*args, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ebb.query.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ebb.tools.cli", *map(str, args)], capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
 
 
@@ -269,7 +268,7 @@ def test_archive_profile_recovers_the_workload(tmp_path):
 
 # -- calibration ---------------------------------------------------------------------------------
 def test_nnls_recovers_non_negative_coefficients():
-    from ebb.tools.calibrate import nnls
+    from ebb.indexer.advisor.calibrate import nnls
 
     rng = np.random.default_rng(1)
     a = rng.random((40, 4))

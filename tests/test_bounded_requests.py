@@ -99,7 +99,7 @@ SERVER_MEMORY = textwrap.dedent("""
         exp = np.maximum(ts + rng.integers(1, 1001, rows), 1001)
         pay = np.char.add("payload-", rng.integers(0, 10**8, rows).astype(str)).astype(object)
         arc.load(pa.table({"key": rng.integers(0, 200_000, rows), "ts": ts, "exp": exp, "payload": pay}), 1000)
-    server = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "serve", path, "--port", "0",
+    server = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "serve", path, "--port", "0",
                                "--max-heavy-requests", str(clients)],
                               stdout=subprocess.PIPE, text=True)
     url = server.stdout.readline().split(" at ")[1].split()[0]

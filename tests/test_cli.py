@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ebb.query.cli import _parser
+from ebb.tools.cli import build_parser
 
 from support import SCHEMA, ebb
 
@@ -31,7 +31,7 @@ def test_help_explains_every_subcommand():
         assert r.returncode == 0, c
         assert len(r.stdout.splitlines()) > 4
     # every option of every subcommand has a help text
-    sub = next(a for a in _parser()._actions if a.dest == "command")
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name, p in sub.choices.items():
         for a in p._actions:
             if a.dest != "help":

@@ -59,7 +59,7 @@ json.dump({"answers": answers, "errors": errors}, open(out, "w"))
 # parsing, opening the archive, the update, closing it), without an interpreter start per update.
 LOADER = r"""
 import json, sys, time
-from ebb.query.cli import main
+from ebb.tools.cli import main
 path, files = sys.argv[1], json.loads(sys.argv[2])
 for f, at in files:
     rc = main(["load", path, f, "--at", str(at), "--quiet"])
@@ -108,7 +108,7 @@ def test_flight_reads_are_exact_while_updates_commit(tmp_path, mode):
         oracle.load(rows, T)
         states.append(list(oracle.records))
 
-    server = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "serve", path, "--port", "0"],
+    server = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "serve", path, "--port", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     clients: list[subprocess.Popen] = []
     stop = str(tmp_path / "stop")

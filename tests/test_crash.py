@@ -38,7 +38,8 @@ import pytest
 from ebb.query.reader import ArchiveReader
 from ebb.storage import faults
 from ebb.storage.archive import Archive, ArchiveBusy
-from ebb.storage.files import DATA_DIR
+from ebb.storage.errors import EXIT_BUSY, LockHeld
+from ebb.storage.files import DATA_DIR, exclusive_lock
 from ebb.storage.read_plan import Scan
 from ebb.storage.verify import verify
 
@@ -332,7 +333,7 @@ def _start_load(path, parquet, at):
     """Popen of ``ebb load``; a thread notes when the first progress line (the update has passed
     validation and started on the sub-indices) appears on stderr."""
     env = dict(os.environ, **NO_CRASH)
-    proc = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "load", path, parquet, "--at", str(at)],
+    proc = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "load", path, parquet, "--at", str(at)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     started = threading.Event()
     lines: list[str] = []
@@ -636,6 +637,19 @@ with Archive(path) as arc, arc.writer_lock():
     while not os.path.exists(stop) and time.monotonic() < deadline:
         time.sleep(0.01)
 """
+
+
+def test_a_held_lock_file_is_lock_held_an_archive_busy(tmp_path):
+    """``exclusive_lock`` on a file another open file holds: LockHeld (naming the file) once the
+    wait is over, an ArchiveBusy (exit code 4) that ``Archive.writer_lock`` rewords."""
+    lock = str(tmp_path / "LOCK")
+    with exclusive_lock(lock):  # flock: a second open file of the same process conflicts too
+        with pytest.raises(LockHeld) as e:
+            with exclusive_lock(lock, wait_s=0.05):
+                pass
+    assert str(e.value) == lock and isinstance(e.value, ArchiveBusy) and e.value.exit_code == EXIT_BUSY
+    with exclusive_lock(lock):  # released
+        pass
 
 
 def test_second_writer_refused_other_process(tmp_path):

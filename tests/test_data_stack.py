@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ebb.query.cli import main
+from ebb.tools.cli import main
 from ebb.query.reader import ArchiveReader
 from ebb.storage import leases
 from ebb.storage.archive import Archive

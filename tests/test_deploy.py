@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from ebb.query.cli import _parser
+from ebb.tools.cli import build_parser
 from ebb.storage.archive import Archive
 
 from support import SCHEMA, config, random_rows, table_of
@@ -89,7 +89,7 @@ def test_the_units_stop_cleanly_and_their_commands_parse():
     for u in (run, serve):
         argv = systemd_arg(u["ExecStart"][0], env)
         assert argv[0] == EBB
-        _parser().parse_args(argv[1:])  # exits (SystemExit) on a wrong option
+        build_parser().parse_args(argv[1:])  # exits (SystemExit) on a wrong option
 
 
 def _archive(path: str) -> None:
@@ -114,7 +114,7 @@ def test_the_serve_unit_runs_and_its_health_check_passes(tmp_path):
     env = dict(line.strip().split("=", 1) for line in text.splitlines() if line.strip() and not line.startswith("#"))
     env["EBB_PORT"] = str(_free_port())
     serve = unit("ebb-serve@.service")
-    ebb = [sys.executable, "-m", "ebb.query.cli"]
+    ebb = [sys.executable, "-m", "ebb.tools.cli"]
 
     def command(value: str) -> list[str]:
         argv = systemd_arg(value.replace("/srv/ebb", str(srv)), env)
@@ -145,7 +145,7 @@ def test_the_container_health_check(tmp_path):
     env = {**os.environ, "PATH": f"{os.path.dirname(shutil.which('ebb'))}:{os.environ['PATH']}"}
     env.pop("EBB_HEALTH_SERVER", None)
     assert subprocess.run(check, env=env).returncode == 0  # not serving: nothing to check
-    p = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "serve", path, "--port", "0"],
+    p = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "serve", path, "--port", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = p.stdout.readline().split(" at ")[1].split()[0]
@@ -163,7 +163,7 @@ def test_the_container_command_runs_the_demo(tmp_path):
     instr = dockerfile()
     argv = json.loads(instr["ENTRYPOINT"]) + json.loads(instr["CMD"])
     assert argv[:3] == ["/usr/bin/tini", "--", "ebb"]
-    r = subprocess.run([sys.executable, "-m", "ebb.query.cli", *argv[3:]], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "ebb.tools.cli", *argv[3:]], capture_output=True, text=True,
                        env={**os.environ, "TMPDIR": str(tmp_path)}, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "tick" in r.stdout and "probe" in r.stdout, r.stdout[-2000:]

@@ -13,41 +13,15 @@ import sys
 import time
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from ebb.indexer.jobspec import load_job
 from ebb.indexer.scheduler import Scheduler
-from ebb.indexer.synthetic import land
 from ebb.storage.archive import Archive
 
+from jobs import join_job, land_join_inputs
 from support import Oracle, archive_answers, ebb
 
-JOB = """
-[job]
-time_unit = "chronon"
-[[source]]
-name = "clicks"
-path = "{landing}/clicks"
-time_column = "t"
-key = "user"
-[[source]]
-name = "views"
-path = "{landing}/views"
-time_column = "t"
-key = "user"
-[query]
-kind = "join"
-key = "user"
-left = {{source = "clicks", range = 12}}
-right = {{source = "views", range = 8}}
-[archive]
-path = "{archive}"
-interval = 5
-start = 40
-mode = "{mode}"
-block_bytes = 2048
-"""
 TICKS = 7
 T_END = 40 + (TICKS - 1) * 5
 PROBES = (0, 3, 7)
@@ -55,19 +29,14 @@ RANGES = ((2, 9), (11, 40))
 
 
 def _landing(tmp_path, seed=5, users=40, rate=60):
-    rng = np.random.default_rng(seed)
     landing = tmp_path / "landing"
-    for src in ("clicks", "views"):
-        for hi in range(20, T_END + 1, 5):
-            n = int(rng.integers(0, rate))
-            land(pa.table({"user": rng.integers(0, users, n), "t": rng.integers(hi - 4, hi + 1, n),
-                           "x": rng.integers(0, 9, n)}), str(landing / src), f"{src}-{hi}.parquet")
+    land_join_inputs(landing, np.random.default_rng(seed), T_END, users, rate)
     return landing
 
 
 def _job(tmp_path, name, landing, mode, data_dir=None):
     p = tmp_path / f"{name}.toml"
-    text = JOB.format(landing=landing, archive=tmp_path / name, mode=mode)
+    text = join_job(landing, tmp_path / name, mode, archive_extra="block_bytes = 2048")
     if data_dir:
         text += f'data_dir = "{data_dir}"\n'
     p.write_text(text)
@@ -132,7 +101,7 @@ def _run(job, *extra, crash=None, env=None, timeout=600):
     e = dict(os.environ, **(env or {}))
     if crash:
         e["EBB_CRASH_AT"] = crash
-    return subprocess.run([sys.executable, "-m", "ebb.query.cli", "run", str(job), "--until", str(T_END),
+    return subprocess.run([sys.executable, "-m", "ebb.tools.cli", "run", str(job), "--until", str(T_END),
                            "--load-on", "executors", "--part-mib", "0.003", *extra],
                           env=e, capture_output=True, text=True, timeout=timeout)
 
@@ -236,7 +205,7 @@ def test_standalone_cluster_same_answers_and_survives_a_killed_executor(tmp_path
     # three runs, answers compared after each: ticks 0-2, tick 3 (an executor killed while writing), 4-6
     for last, kill in ((2, False), (3, True), (TICKS - 1, False)):
         T = 40 + last * 5
-        cmd = [sys.executable, "-m", "ebb.query.cli", "run", str(job), "--until", str(T), "--load-on", "executors",
+        cmd = [sys.executable, "-m", "ebb.tools.cli", "run", str(job), "--until", str(T), "--load-on", "executors",
                "--part-mib", "0.003", *extra]
         seen = set(os.listdir(tmp_path / "shared")) if os.path.isdir(tmp_path / "shared") else set()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

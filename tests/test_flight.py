@@ -18,10 +18,11 @@ import pyarrow.flight as flight
 import pytest
 
 from ebb.query.flight_client import FlightArchiveClient, error_message
-from ebb.query.flight_protocol import ReadRequest
+from ebb.query.flight_protocol import BadRequest, ReadRequest, decode
 from ebb.query.flight_server import ArchiveFlightServer
 from ebb.query.reader import ArchiveReader
 from ebb.storage.archive import Archive
+from ebb.storage.errors import EXIT_USAGE, ReadError
 
 from support import SCHEMA, Oracle, config, ebb, random_rows, rows_multiset, table_of
 
@@ -157,6 +158,14 @@ def test_bad_tickets_are_clear_errors_and_the_server_keeps_serving(built, server
     assert rows_multiset(c.scan_table()) == oracle.scan(last)
 
 
+def test_a_bad_ticket_is_a_read_error():
+    """BadRequest is the ReadError of the Flight layer: the server answers it, as any ReadError,
+    with a FlightServerError (above); a CLI that met one would exit with a usage error."""
+    with pytest.raises(BadRequest, match="ticket is not valid JSON") as e:
+        decode(b"{")
+    assert isinstance(e.value, ReadError) and e.value.exit_code == EXIT_USAGE
+
+
 def test_token_is_required_on_every_call(built, secured):
     path, oracle, last = built
     for token in (None, "wrong", TOKEN + "x", TOKEN[:-1]):
@@ -206,7 +215,7 @@ def test_empty_archive_and_string_keys(tmp_path):
 
 
 def _start_serve(path: str, *extra: str) -> tuple[subprocess.Popen, str]:
-    p = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "serve", path, "--port", "0", *extra],
+    p = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "serve", path, "--port", "0", *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     assert "serving" in line, (line, p.stderr.read() if p.poll() is not None else "")

@@ -69,7 +69,7 @@ def healthz(port: int) -> int:
 def start(args: list, tmp_path, name: str) -> subprocess.Popen:
     """``ebb *args`` in the background, its stdout and stderr in files under tmp_path."""
     out, err = open(tmp_path / f"{name}.out", "w"), open(tmp_path / f"{name}.err", "w")
-    return subprocess.Popen([sys.executable, "-m", "ebb.query.cli", *map(str, args)], stdout=out, stderr=err, text=True)
+    return subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", *map(str, args)], stdout=out, stderr=err, text=True)
 
 
 def json_lines(path) -> list[dict]:
@@ -119,7 +119,7 @@ def test_serve_metrics_count_reads_by_kind_and_match_stats(archive, tmp_path):
                 c.probe(k)
             assert c.probe_range(55, 65).num_rows > 0
             rows = sum(b.num_rows for b in c.scan())
-            with pytest.raises(flight.FlightError):
+            with pytest.raises(flight.FlightServerError, match="ebb: bad request: as_of -1000 is before"):
                 c.probe(5, as_of=-1000)  # before the oldest kept version: a bad request
         m = wait_for(lambda: (lambda s: s if s.get('ebb_read_requests_total{archive="arc",kind="probe"}') == 5 else None)(
             scrape(port)))
@@ -200,7 +200,7 @@ def test_run_follow_metrics_and_json_logs_match_the_update_log(tmp_path):
     land(pa.table({"user": pa.array([1, 2, 3, 1], pa.int64()), "t": pa.array([-3, -1, 0, 0], pa.int64()),
                    "amount": pa.array([1, 2, 3, 4], pa.int64())}), str(tmp_path / "landing"), "f0.parquet")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "run", "job.toml", "--follow", "--metrics-port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "run", "job.toml", "--follow", "--metrics-port", str(port),
                              "--log-format", "json", "--format", "json"], cwd=tmp_path, stdout=open(tmp_path / "run.out", "w"),
                             stderr=open(tmp_path / "run.err", "w"))
     try:
@@ -252,7 +252,7 @@ def test_run_follow_metrics_and_json_logs_match_the_update_log(tmp_path):
 
 
 def test_read_commands_do_not_import_prometheus_client(archive):
-    code = ("import sys; from ebb.query import cli; rc = cli.main(sys.argv[1:]); "
+    code = ("import sys; from ebb.tools import cli; rc = cli.main(sys.argv[1:]); "
             "assert not [m for m in sys.modules if m.startswith(('prometheus_client', 'ebb.query.metrics'))], rc")
     for args in (["stats", archive], ["probe", archive, "5"], ["scan", archive, "--format", "csv"]):
         r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)

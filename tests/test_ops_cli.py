@@ -14,7 +14,7 @@ import pytest
 
 def ebb_in(env: dict, *args) -> subprocess.CompletedProcess:
     """The CLI with exactly ``env`` as its environment."""
-    return subprocess.run([sys.executable, "-m", "ebb.query.cli", *map(str, args)], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "ebb.tools.cli", *map(str, args)], capture_output=True, text=True, env=env)
 
 
 def ebb(*args, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -193,7 +193,7 @@ def test_stats_lines(tmp_path):
 
 
 def imported(*args) -> set[str]:
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "ebb.query.cli", *map(str, args)],
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "ebb.tools.cli", *map(str, args)],
                        capture_output=True, text=True)
     return {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
 

@@ -23,7 +23,7 @@ JVM_NOISE = ("WARN", "log4j", "incubator", "NativeCodeLoader", "Using Spark's de
 
 
 def ebb(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ebb.query.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ebb.tools.cli", *map(str, args)], capture_output=True, text=True,
                           timeout=600)
 
 
@@ -90,7 +90,7 @@ def landed(tmp_path_factory):
     ('filter = "value > 30"', 'filter = "value >"', "Spark cannot run it: [PARSE_SYNTAX_ERROR]"),
 ], ids=["select-without-key", "unknown-column", "bad-expression"])
 def test_explain_analyses_the_query_with_spark(spark, landed, capsys, old, new, words):
-    from ebb.query.cli import main
+    from ebb.tools.cli import main
 
     d, text = landed
     assert old in text and "kind = \"window\"" in text

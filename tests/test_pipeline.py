@@ -16,85 +16,20 @@ from ebb.indexer import scheduler as sched_mod
 from ebb.indexer.jobspec import load_job
 from ebb.indexer.landing import LandedFile, list_files
 from ebb.indexer.patterns import classify
-from ebb.indexer.scheduler import Scheduler
+from ebb.indexer.scheduler import LateEventsRejected, Scheduler
 from ebb.indexer.synthetic import land
 from ebb.indexer.tick import compute
 from ebb.query.reader import ArchiveReader
 from ebb.storage.archive import Archive
 from ebb.storage.manifest import ArchiveConfig
 
+from jobs import AGGREGATE, DISTINCT, JOIN, job_toml
 from support import ebb, rows_multiset
 
 DELTA, TAU = 5, 40
 
-JOIN = """
-[job]
-time_unit = "chronon"
-[[source]]
-name = "clicks"
-path = "landing/clicks"
-time_column = "t"
-key = "user"
-[[source]]
-name = "views"
-path = "landing/views"
-time_column = "t"
-key = "user"
-[query]
-kind = "join"
-key = "user"
-left = {{source = "clicks", range = 12}}
-right = {{source = "views", range = 7, slide = 3}}
-condition = "l.amount >= r.amount"
-[archive]
-path = "archive"
-mode = "{mode}"
-interval = 5
-start = 40
-"""
-
-AGGREGATE = """
-[job]
-time_unit = "chronon"
-[[source]]
-name = "clicks"
-path = "landing/clicks"
-time_column = "t"
-key = "user"
-[query]
-kind = "aggregate"
-source = "clicks"
-range = 15
-slide = 4
-group_by = ["user"]
-aggregates = {{n = "count(*)", total = "sum(amount)", top = "max(amount)"}}
-[archive]
-path = "archive"
-mode = "{mode}"
-interval = 5
-start = 40
-"""
-
-DISTINCT = """
-[job]
-time_unit = "chronon"
-[[source]]
-name = "clicks"
-path = "landing/clicks"
-time_column = "t"
-key = "user"
-[query]
-kind = "distinct"
-source = "clicks"
-range = 9
-slide = 2
-select = ["user", "amount"]
-[archive]
-path = "archive"
-mode = "{mode}"
-interval = 5
-start = 40
-"""
+# the join with a sliding window on views and a condition: more of the join's cases per tick
+SLIDING_JOIN = JOIN.replace("range = 8}", "range = 7, slide = 3}") + '\ncondition = "l.amount >= r.amount"'
 
 
 def events(rng, lo, hi, rate):
@@ -104,9 +39,9 @@ def events(rng, lo, hi, rate):
     return pa.table({"user": rng.integers(0, 5, n), "t": t, "amount": rng.integers(0, 4, n)})
 
 
-def write_job(tmp_path, text, mode="rebuild"):
+def write_job(tmp_path, text):
     p = tmp_path / "job.toml"
-    p.write_text(text.format(mode=mode))
+    p.write_text(text)
     return load_job(str(p))
 
 
@@ -120,10 +55,12 @@ def all_files(job):
             for n, s in job.sources.items()}
 
 
-@pytest.mark.parametrize("text,ticks,mode", [(JOIN, 12, "rebuild"), (AGGREGATE, 8, "norebuild"), (DISTINCT, 8, "rebuild")],
+@pytest.mark.parametrize("query,sources,ticks,mode", [(SLIDING_JOIN, ("clicks", "views"), 12, "rebuild"),
+                                                      (AGGREGATE, ("clicks",), 8, "norebuild"),
+                                                      (DISTINCT, ("clicks",), 8, "rebuild")],
                          ids=["join", "aggregate", "distinct"])
-def test_ticks_equal_one_shot(spark, tmp_path, monkeypatch, text, ticks, mode):
-    job = write_job(tmp_path, text, mode)
+def test_ticks_equal_one_shot(spark, tmp_path, monkeypatch, query, sources, ticks, mode):
+    job = write_job(tmp_path, job_toml(query, sources, mode=mode))
     cls = classify(job)
     rng = np.random.default_rng(ticks)
     captured: list[pa.Table] = []
@@ -163,7 +100,7 @@ def test_ticks_equal_one_shot(spark, tmp_path, monkeypatch, text, ticks, mode):
 
 
 def test_late_events_counted_and_dropped(spark, tmp_path):
-    job = write_job(tmp_path, DISTINCT.replace('select = ["user", "amount"]', 'select = ["user", "amount"]'))
+    job = write_job(tmp_path, job_toml(DISTINCT, mode="rebuild"))
     rng = np.random.default_rng(1)
     land_interval(job, rng, TAU - 30, TAU, 0.5, "")
     with Scheduler(job, say=lambda m: None) as sch:
@@ -181,19 +118,19 @@ def test_late_events_counted_and_dropped(spark, tmp_path):
 
 
 def test_late_policy_fail_commits_nothing(spark, tmp_path):
-    job = write_job(tmp_path, DISTINCT.replace("[job]\n", '[job]\nlate_policy = "fail"\n'))
+    job = write_job(tmp_path, job_toml(DISTINCT, mode="rebuild").replace("[job]\n", '[job]\nlate_policy = "fail"\n'))
     rng = np.random.default_rng(2)
     land_interval(job, rng, TAU - 30, TAU, 0.5, "")
     with Scheduler(job, say=lambda m: None) as sch:
         sch.run(ticks=1)
         land(pa.table({"user": [1], "t": [39], "amount": [1]}), job.sources["clicks"].path, "clicks-late.parquet")
-        with pytest.raises(Exception, match="late_policy is 'fail'"):
+        with pytest.raises(LateEventsRejected, match="late_policy is 'fail'"):
             sch.run_tick(1)
         assert sch.progress().last_slot == 0 and sch.archive.state().update_seq == 1
 
 
 def test_run_twice_loads_nothing_twice_and_catches_up(spark, tmp_path):
-    job = write_job(tmp_path, AGGREGATE)
+    job = write_job(tmp_path, job_toml(AGGREGATE, mode="rebuild"))
     rng = np.random.default_rng(3)
     land_interval(job, rng, TAU - 40, TAU + 6 * DELTA, 0.6, "")  # files for six ticks landed during "downtime"
     until = TAU + 6 * DELTA
@@ -212,7 +149,7 @@ def test_wall_clock_catch_up(spark, tmp_path):
     """Without --ticks/--until, `ebb run` runs every tick due by the wall clock: tick j once it reads
     T_j + grace (by default one Delta)."""
     origin = 1_767_225_600  # 2026-01-01T00:00:00Z
-    text = AGGREGATE.replace('time_unit = "chronon"', 'time_unit = "s"\norigin = "2026-01-01T00:00:00Z"')
+    text = job_toml(AGGREGATE, mode="rebuild").replace('time_unit = "chronon"', 'time_unit = "s"\norigin = "2026-01-01T00:00:00Z"')
     job = write_job(tmp_path, text)
     now = (origin + TAU + 3 * DELTA + DELTA + 2) * 10**9  # 2 s after tick 3 became due
     with Scheduler(job, say=lambda m: None, clock=lambda: now) as sch:
@@ -221,7 +158,7 @@ def test_wall_clock_catch_up(spark, tmp_path):
 
 
 def test_one_runner_per_archive(tmp_path):
-    job = write_job(tmp_path, AGGREGATE)
+    job = write_job(tmp_path, job_toml(AGGREGATE, mode="rebuild"))
     os.makedirs(job.archive.path, exist_ok=True)
     fd = os.open(os.path.join(job.archive.path, "SCHEDULER"), os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)

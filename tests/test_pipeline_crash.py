@@ -12,48 +12,23 @@ import subprocess
 import sys
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from ebb.indexer.jobspec import load_job
 from ebb.indexer.scheduler import Scheduler
-from ebb.indexer.synthetic import land
 from ebb.query.reader import ArchiveReader
 from ebb.storage.archive import Archive
 
+from jobs import join_job, land_join_inputs
 from support import ebb, rows_multiset
 
-JOB = """
-[job]
-time_unit = "chronon"
-[[source]]
-name = "clicks"
-path = "{landing}/clicks"
-time_column = "t"
-key = "user"
-[[source]]
-name = "views"
-path = "{landing}/views"
-time_column = "t"
-key = "user"
-[query]
-kind = "join"
-key = "user"
-left = {{source = "clicks", range = 12}}
-right = {{source = "views", range = 8}}
-[archive]
-path = "{archive}"
-interval = 5
-start = 40
-mode = "norebuild"
-"""
 TICKS = 7
 T_END = 40 + (TICKS - 1) * 5
 
 
 def write_job(tmp_path, name, landing):
     p = tmp_path / f"{name}.toml"
-    p.write_text(JOB.format(landing=landing, archive=tmp_path / name))
+    p.write_text(join_job(landing, tmp_path / name))
     return p
 
 
@@ -61,7 +36,7 @@ def run_cli(job_path, crash=None):
     env = dict(os.environ)
     if crash:
         env["EBB_CRASH_AT"] = crash
-    proc = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "run", str(job_path), "--until", str(T_END)],
+    proc = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "run", str(job_path), "--until", str(T_END)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=300)
     return proc.returncode, out, err
@@ -78,13 +53,8 @@ def committed(path):
 def landed(spark, tmp_path_factory):
     """Landed files for TICKS ticks, and an undisturbed run's scans at a few times."""
     tmp_path = tmp_path_factory.mktemp("landed")
-    rng = np.random.default_rng(11)
     landing = tmp_path / "landing"
-    for src in ("clicks", "views"):
-        for hi in range(20, T_END + 1, 5):
-            n = int(rng.integers(0, 30))
-            land(pa.table({"user": rng.integers(0, 4, n), "t": rng.integers(hi - 4, hi + 1, n), "x": rng.integers(0, 9, n)}),
-                 str(landing / src), f"{src}-{hi}.parquet")
+    land_join_inputs(landing, np.random.default_rng(11), T_END, users=4, rate=30)
     ref_job = write_job(tmp_path, "reference", landing)
     with Scheduler(load_job(str(ref_job)), say=lambda m: None) as s:
         assert s.run(until=T_END) == TICKS

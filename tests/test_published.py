@@ -157,7 +157,7 @@ def test_ebb_serve_on_the_data_directory_serves_the_archive(tmp_path):
     from ebb.query.flight_client import FlightArchiveClient
 
     arc, mount, oracle, rng = _loaded(tmp_path, 3, 300)
-    proc = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "serve", mount, "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "serve", mount, "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -78,7 +78,7 @@ def test_plot_writes_a_png_of_what_stats_says(tmp_path, mode):
 def test_plot_without_matplotlib_is_a_usage_error(tmp_path):
     arc = make_archive(tmp_path)
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from ebb.query.cli import main; sys.exit(main(sys.argv[1:]))")
+            "from ebb.tools.cli import main; sys.exit(main(sys.argv[1:]))")
     r = subprocess.run([sys.executable, "-c", code, "stats", str(arc), "--plot", str(tmp_path / "a.png")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
@@ -195,7 +195,7 @@ def test_explain_checks_every_job_and_reports_each(tmp_path):
 def test_fast_commands_load_no_optional_module(tmp_path):
     """probe, scan and stats start fast: matplotlib, tqdm, duckdb and pyspark stay unimported."""
     arc = make_archive(tmp_path)
-    code = ("import sys\nfrom ebb.query.cli import main\n"
+    code = ("import sys\nfrom ebb.tools.cli import main\n"
             f"for argv in (['probe', {str(arc)!r}, '42'], ['scan', {str(arc)!r}, '--format', 'csv', '--out', {str(tmp_path / 'o.csv')!r}], "
             f"['stats', {str(arc)!r}]):\n    assert main(argv) == 0\n"
             "print(sorted(m for m in ('matplotlib', 'tqdm', 'duckdb', 'pyspark') if m in sys.modules), file=sys.stderr)")

@@ -13,9 +13,12 @@ import sys
 
 import numpy as np
 import pytest
+from pyspark.errors import AnalysisException
 
 from ebb.query.reader import ArchiveReader
+from ebb.query.spark_source import EbbDataSource, _refuse_overwrite
 from ebb.storage.archive import Archive
+from ebb.storage.errors import ReadError, UsageError
 
 from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
 
@@ -100,11 +103,28 @@ def test_dataframe_equals_a_library_scan_and_is_split_by_subindex(built, full_sc
     assert sum(x["rows"] for x in m) == sum(oracle.scan(last).values())
 
 
+def test_bad_options_and_an_empty_archive_are_ebb_errors(tmp_path):
+    """What the source refuses is an ebb error (Spark passes it on with its class and message)."""
+    with pytest.raises(UsageError, match="needs a path"):
+        EbbDataSource({})
+    with pytest.raises(UsageError, match="option as_of must be an integer number of chronons, got 'soon'"):
+        EbbDataSource({"path": str(tmp_path), "as_of": "soon"})
+    for bad in ("0", "-1", "nan", "a minute"):
+        with pytest.raises(UsageError, match=f"option lease_seconds must be a positive number of seconds, got '{bad}'"):
+            EbbDataSource({"path": str(tmp_path), "lease_seconds": bad})
+    assert EbbDataSource({"path": str(tmp_path), "lease_seconds": "2.5"}).lease_seconds == 2.5
+    with pytest.raises(UsageError, match="only appends updates"):
+        _refuse_overwrite(True)
+    Archive.create(str(tmp_path / "empty"), config()).close()
+    with pytest.raises(ReadError, match="is empty: nothing has been loaded, so it has no schema yet"):
+        EbbDataSource({"path": str(tmp_path / "empty")}).schema()
+
+
 def test_as_of_option(session, built):
     path, oracle, last = built
     for t in (last + 1, last + 7):
         assert _rows(_df(session, path, as_of=t)) == oracle.scan(t)
-    with pytest.raises(Exception, match="oldest instant this archive can still read"):
+    with pytest.raises(AnalysisException, match=r"ReadError: as_of \d+ is before \d+, the oldest instant this archive can still read"):
         _df(session, path, as_of=last - 2).collect()
 
 

@@ -21,6 +21,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from pyspark.errors import AnalysisException, PythonException
 
 from ebb.storage.archive import Archive
 from ebb.storage.errors import ArchiveError
@@ -110,7 +111,7 @@ def test_a_write_repeated_at_the_same_at_loads_nothing_twice(session, tmp_path):
     for T in (TAU, TAU + DELTA):
         write(frame(session, rows_at(T)), path, T)
     for T in (TAU + DELTA, TAU):  # the job retried, and an older one
-        with pytest.raises(Exception, match=f"update time {T} is not after the last update at {TAU + DELTA}"):
+        with pytest.raises(AnalysisException, match=f"RejectedBatch: update time {T} is not after the last update at {TAU + DELTA}"):
             write(frame(session, rows_at(T)), path, T)
     assert update_seq(path) == 2
     assert_answers(path, oracle_until(TAU + DELTA), TAU + DELTA)
@@ -121,11 +122,11 @@ def test_overwrite_and_a_missing_archive_are_refused(session, tmp_path):
     path = tmp_path / "arc"
     Archive.create(str(path), config()).close()
     write(frame(session, rows_at(TAU)), path, TAU)
-    with pytest.raises(Exception, match=r"only appends updates: write with mode\('append'\)"):
+    with pytest.raises(AnalysisException, match=r"UsageError: an ebb archive only appends updates: write with mode\('append'\)"):
         write(frame(session, rows_at(TAU + DELTA)), path, TAU + DELTA, mode="overwrite")
-    with pytest.raises(Exception, match="option at .* is required"):
+    with pytest.raises(AnalysisException, match="option at .* is required"):
         frame(session, rows_at(TAU + DELTA)).write.format("ebb").mode("append").save(str(path))
-    with pytest.raises(Exception, match="is not an ebb archive .*create one with `ebb init`"):
+    with pytest.raises(AnalysisException, match="ArchiveError: .* is not an ebb archive .*create one with `ebb init`"):
         write(frame(session, rows_at(TAU)), tmp_path / "none", TAU)
     assert update_seq(path) == 1
     assert_answers(path, oracle_until(TAU), TAU)
@@ -139,10 +140,10 @@ def test_a_dataframe_failing_validation_leaves_the_archive_unchanged(session, tm
     T = TAU + DELTA
     bad = rows_at(T) + [{"key": 1, "ts": T - 1, "exp": T - 1, "payload": "empty"}]
     rejected = r"EBB-ERROR RejectedBatch: batch rejected, nothing was loaded: 1 rows have exp <= ts"
-    with pytest.raises(Exception, match=rejected):
+    with pytest.raises(PythonException, match=rejected):
         write(frame(session, bad, 3), path, T)
     no_exp = frame(session, rows_at(T)).drop("exp")
-    with pytest.raises(Exception, match="schema does not match the archive's: column 'exp'"):
+    with pytest.raises(AnalysisException, match="SchemaError: schema does not match the archive's: column 'exp'"):
         write(no_exp, path, T)
     assert update_seq(path) == 1
     assert_answers(path, oracle_until(TAU), TAU)

@@ -175,7 +175,7 @@ def test_sigterm_at_random_moments_exits_0_and_loses_nothing(tmp_path):
     delays = [("started", 0.5), ("ready", float(rng.uniform(0, 5)))] + [("ticked", float(x)) for x in rng.uniform(0, 6, 3)]
     resumed, hows = 0, []
     for after, delay in delays:
-        p = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "run", job_file, "--follow"],
+        p = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "run", job_file, "--follow"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         lines: list[str] = []
         milestones = {"started": threading.Event(), "ready": threading.Event(), "ticked": threading.Event()}
@@ -228,7 +228,7 @@ def test_serve_stops_on_sigterm_and_sigint_with_exit_0(tmp_path):
     with Archive.create(path, config()) as arc:
         arc.load(table_of(random_rows(np.random.default_rng(1), 50, 1, 16, 16, 10), SCHEMA), 16)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        p = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "serve", path, "--port", "0"],
+        p = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "serve", path, "--port", "0"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert "serving" in p.stdout.readline()
         p.send_signal(sig)

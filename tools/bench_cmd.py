@@ -4,8 +4,8 @@ the stores users would otherwise pick, on the same records and the same update s
 The command measures the machine's sequential disk bandwidth, runs every configuration (ebb
 layouts and peers) in a process of its own through ``tools.run_config``, showing a progress
 bar, then summarises (``tools.results``), draws the thesis-style figures (``tools.plots``) and
-rewrites ``docs/benchmarks.md`` (``tools.report``). Registered in ``query/cli.py`` through
-``LAYER_COMMANDS``; imports nothing heavy until it runs. ``ebb bench soak`` is another kind of
+rewrites ``docs/benchmarks.md`` (``tools.report``). ``register`` adds the command to the ``ebb``
+parser (``tools/cli.py``); imports nothing heavy until it runs. ``ebb bench soak`` is another kind of
 run: ebb as a service, for a set time (``tools.soak``).
 """
 

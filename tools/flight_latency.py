@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     last_slot = build(path, w, a.mode, a.G, a.E)
     print(f"built {path}: {a.sensors} sensors, period {a.period}s, {a.mode} {a.G}x{a.E}, "
           f"{last_slot + 1} loads in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    server = subprocess.Popen([sys.executable, "-m", "ebb.query.cli", "serve", path, "--port", "0"],
+    server = subprocess.Popen([sys.executable, "-m", "ebb.tools.cli", "serve", path, "--port", "0"],
                               stdout=subprocess.PIPE, text=True)
     results: dict = {"machine": machine(), "config": vars(a)}
     stop = os.path.join(root, "stop")

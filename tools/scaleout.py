@@ -84,7 +84,7 @@ def _commit() -> str:
 
 
 def _in_child(spec: dict) -> dict:
-    r = subprocess.run([sys.executable, "-m", "ebb.query.cli", "bench-scaleout", "--child", json.dumps(spec)],
+    r = subprocess.run([sys.executable, "-m", "ebb.tools.cli", "bench-scaleout", "--child", json.dumps(spec)],
                        capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     if r.returncode != 0:
         raise RuntimeError(f"{spec['kind']} run failed: {r.stderr.strip().splitlines()[-1:]}")

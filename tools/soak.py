@@ -484,7 +484,7 @@ class Soak:
         self.warned: set[str] = set()
 
     def ebb(self, *args: object) -> list[str]:
-        return [sys.executable, "-m", "ebb.query.cli", *map(str, args)]
+        return [sys.executable, "-m", "ebb.tools.cli", *map(str, args)]
 
     def role(self, name: str) -> list[str]:
         return [sys.executable, "-m", "ebb.tools.soak", name, self.s.out]

@@ -1,14 +1,14 @@
-"""The layout advisor's cost model: seconds per update, probe and scan, and disk bytes, per layout.
+"""The advisor's cost model: seconds per update, probe and scan, and disk bytes, per layout.
 
 The model has two halves, kept apart so that each can be checked on its own:
 
-- **counts** (``storage/layout_sim.py``): what the engine does for a workload under a layout,
+- **counts** (``layout_sim``): what the engine does for a workload under a layout,
   in expected numbers of things: sub-indices touched, files written, bytes and records a Rebuild
   merge reads, bytes and blocks written, runs walked by deletions; runs, sections, blocks and
   bytes a probe visits; tasks, blocks and bytes a scan reads. They follow from the layout
   (``storage/layout.py``), the mode and the workload's statistics alone.
 - **machine constants** (``Calibration``): seconds per unit of each count, measured on this
-  machine by ``ebb advise --calibrate`` (``tools/calibrate.py``) with micro-benchmarks of ebb's
+  machine by ``ebb advise --calibrate`` (``calibrate``) with micro-benchmarks of ebb's
   own storage code, never fitted to the benchmarks the model is validated against.
 
 A time is the sum over counts of count x constant (docs/advisor.md lists each term). Which updates
@@ -25,14 +25,14 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .errors import UsageError
-from .layout import Layout
+from ...storage.disk_format import BLOCK_ENTRY_BYTES, INT_KEY, PAGE_BYTES, PAGE_SUM
+from ...storage.errors import UsageError
+from ...storage.layout import Layout
+from ...storage.tuning import DEFAULT_BLOCK_BYTES
 from .layout_sim import PROBE_FEATURES, SCAN_FEATURES, UPDATE_FEATURES, Flow, Trace, simulate
-from .run_descriptor import PAGE_BYTES
 
-DEFAULT_BLOCK_BYTES = 512 << 10  # storage/config.py
-DESCRIPTOR_BLOCK_BYTES = 56 + 16  # docs/format.md: a BLOCK entry and its first and last int key
-PAGE_SUM_SHARE = 4 / PAGE_BYTES  # docs/format.md: a 4-byte page sum per page of every block
+DESCRIPTOR_BLOCK_BYTES = BLOCK_ENTRY_BYTES + 2 * INT_KEY.itemsize  # a BLOCK entry and its first and last int key
+PAGE_SUM_SHARE = PAGE_SUM.itemsize / PAGE_BYTES  # a page sum per page of every block
 RUN_METADATA_BYTES = 256  # a live run's entry in the state and its descriptor's head (approximate)
 RANDOM_SEED = 0x5EED  # random partitioning is predicted with this hash seed
 WAVE_NS = (4, 9, 16, 25)

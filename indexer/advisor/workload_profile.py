@@ -1,7 +1,7 @@
 """The statistics the layout advisor needs, derived from a job and a sample of its landed data,
-from an existing archive, or from a benchmark workload's definition.
+or from an existing archive (and the helpers ``bench`` derives a benchmark workload's with).
 
-A ``WorkloadProfile`` (``storage/cost_model.py``) describes the *results* an archive receives:
+A ``WorkloadProfile`` (``cost_model``) describes the *results* an archive receives:
 records per update and their variation, the fraction expiring in each slot ahead, the number of
 keys, the stored size of a record. From a job, the sample is of landed *events*, so the query's
 results are worked out from the events here, without Spark, kind by kind (docs/semantics.md):
@@ -29,18 +29,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..storage.block_format import row_sizes
-from ..storage.config import DEFAULT_BLOCK_BYTES
-from ..storage.cost_model import WorkloadProfile
-from ..storage.errors import UsageError
-from .jobspec import TIME_UNITS_US, Job, Query, Source, Window
-from .landing import list_files
-from .patterns import classify
+from ...storage.block_format import row_sizes
+from ...storage.disk_format import INS_SLOT_BYTES
+from ...storage.errors import UsageError
+from ...storage.tuning import DEFAULT_BLOCK_BYTES
+from ..jobspec import TIME_UNITS_US, Job, Query, Source, Window
+from ..landing import list_files
+from ..patterns import classify
+from .cost_model import WorkloadProfile
 
 SAMPLE_BYTES = 256 << 20  # the most landed bytes read per source (the newest files)
 JOIN_LEFT_SAMPLE = 20_000  # left events whose join partners are enumerated
 MAX_RESULTS = 20_000_000  # aggregate rows enumerated at most (a sample of groups' ranges beyond)
-INS_SLOT_BYTES = 8  # ebb's hidden insertion-slot column (storage/block_format.py)
 _PLAIN = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?(?:\s+(?:AS\s+)?`?([A-Za-z_][A-Za-z0-9_]*)`?)?$", re.IGNORECASE)
 
 
@@ -403,8 +403,8 @@ def archive_profile(path: str) -> tuple[WorkloadProfile, dict]:
     and its configuration."""
     from dataclasses import asdict
 
-    from ..query.reader import ArchiveReader
-    from ..storage.read_plan import Scan
+    from ...query.reader import ArchiveReader
+    from ...storage.read_plan import Scan
 
     with ArchiveReader(path) as r:
         arc = r.archive

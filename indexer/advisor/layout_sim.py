@@ -1,4 +1,5 @@
-"""What the engine does, in expected counts, update by update, for one layout and one workload.
+"""The advisor's counts: what the engine does, in expected numbers, update by update, for one
+layout and one workload.
 
 No record is generated, read or written. The archive's records are grouped in **cells**: the
 records inserted by the update of slot k that expire in slot e, ``V * h[e - k]`` of them in
@@ -28,7 +29,10 @@ is at least one, so the counts stay expectations when cells hold less than a rec
 The initial state is either the benchmarks' bulk load at tau (records of slots 1-p .. 0 still
 valid at tau, one run per sub-index) or the steady state (every live cell written by its own
 periodic update). ``simulate`` returns one row of counts per simulated update; the cost model
-(``storage/cost_model.py``) turns them into seconds.
+(``cost_model``) turns them into seconds.
+
+The engine's own sizes (NoRebuild's smaller blocks, merge chunks, scan tasks) are storage's public
+tuning values (``storage.tuning``), so the counts follow the engine when they change.
 """
 
 from __future__ import annotations
@@ -37,10 +41,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import MIN_BLOCK_BYTES
-from .layout import Layout
-from .maintenance import MERGE_CHUNK_BYTES, NOREBUILD_BLOCK_DIVISOR
-from .read_plan import SCAN_TASK_BYTES
+from ...storage.config import MIN_BLOCK_BYTES
+from ...storage.layout import Layout
+from ...storage.tuning import MERGE_CHUNK_BYTES, NOREBUILD_BLOCK_DIVISOR, SCAN_TASK_BYTES
 
 SPREAD_SAMPLES = 8  # updates at which the rate-variation spread of a Rebuild update is computed
 

@@ -1,9 +1,12 @@
-"""The layout advisor against ``ebb bench``: a benchmark workload's statistics from its
+"""The layout advisor beside ``ebb bench``: a benchmark workload's statistics from its
 definition (``tools/workloads.py``), the schedule a run followed, and how a ranking compares with
 a run's recorded summary (``docs/benchmarks/summary-WORKLOAD.csv``): the Spearman rank
 correlation of predicted and measured update and probe times over the doubly partitioned layouts,
 and how far the measured total cost of the layout the advisor recommends (among those measured)
 lies from the best measured total. docs/advisor.md reports the validation run.
+
+The workloads and their schedules are ``ebb bench``'s (``tools.workloads``, ``tools.bench_cmd``),
+imported where they are used: importing this module imports nothing of ebb.tools.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..indexer.workload_profile import block_overhead, uniform_lifetime_offsets
-from ..storage.cost_model import Candidate, Mix, Prediction, Schedule, WorkloadProfile, candidates
-from ..storage.errors import UsageError
-from .bench_cmd import SCHEDULES
+from ...storage.disk_format import INS_SLOT_BYTES
+from ...storage.errors import UsageError
+from .cost_model import Candidate, Mix, Prediction, Schedule, WorkloadProfile, candidates
+from .workload_profile import block_overhead, uniform_lifetime_offsets
 
 if TYPE_CHECKING:
-    from .workloads import Workload
+    from ...tools.workloads import Workload
 
 
 def workload_profile(w: Workload) -> WorkloadProfile:
@@ -31,20 +34,22 @@ def workload_profile(w: Workload) -> WorkloadProfile:
     (four int64 columns and the payload's binary columns)."""
     import pyarrow as pa
 
-    from .workloads import FIXED_COLUMNS_BYTES
+    from ...tools.workloads import FIXED_COLUMNS_BYTES
 
     factors = w.rate_factors()[w.p:]
     row = FIXED_COLUMNS_BYTES + w.payload_bytes + 4 * w.payload_columns  # a binary value carries a 4-byte offset
     types = (pa.int64(),) * 4 + (pa.binary(),) * w.payload_columns
     return WorkloadProfile(
         delta=w.delta, p=w.p, rate=float(w.per_slot), rate_cv=float(factors.std() / factors.mean()),
-        exp_offsets=tuple(uniform_lifetime_offsets(w.delta, w.p).tolist()), keys=w.keys, record_bytes=row + 8.0,
+        exp_offsets=tuple(uniform_lifetime_offsets(w.delta, w.p).tolist()), keys=w.keys, record_bytes=row + INS_SLOT_BYTES,
         visible_bytes=float(row), block_overhead_bytes=block_overhead(types),
         source=f"workload {w.name} (tools/workloads.py): {w.description}")
 
 
 def bench_schedule(name: str, updates: int | None = None) -> Schedule:
     """What ``ebb bench NAME [--updates N]`` runs: its updates, a scan after every K-th."""
+    from ...tools.bench_cmd import SCHEDULES
+
     default, scan_every, _ = SCHEDULES[name]
     u = updates or default
     return Schedule(updates=u, scan_slots=tuple(range(scan_every, u + 1, scan_every)))

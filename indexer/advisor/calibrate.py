@@ -1,7 +1,8 @@
-"""``ebb advise --calibrate``: the cost model's machine constants, measured by micro-benchmarks.
+"""The advisor's calibration: the cost model's machine constants, measured by micro-benchmarks
+(``ebb advise --calibrate``).
 
-The advisor's cost model (``storage/cost_model.py``) predicts a time as a sum of counts (bytes a
-Rebuild merge reads, blocks written, sections a probe plans, ...; ``storage/layout_sim.py``)
+The advisor's cost model (``cost_model``) predicts a time as a sum of counts (bytes a
+Rebuild merge reads, blocks written, sections a probe plans, ...; ``layout_sim``)
 times seconds per unit. This module measures those seconds on this machine with ebb's own
 storage code. It builds eight small archives (about 400 MB written in all), each designed so
 that some count varies on its own:
@@ -23,6 +24,10 @@ batch, as ``ebb bench``'s does), and takes every operation's counts from the eng
 (update records, read plans, run descriptors). The constants are the coefficients of a
 non-negative least-squares fit of the times (relative errors) on the counts: one fit for
 updates, one for probes, one for scans. Nothing here looks at benchmark results.
+
+The timing and the description of the machine are ``ebb bench``'s own (``tools.measure``,
+``tools.machine``), imported when a calibration runs: importing this module imports nothing of
+ebb.tools.
 """
 
 from __future__ import annotations
@@ -38,14 +43,13 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from ..storage.archive import Archive
-from ..storage.block_format import row_sizes
-from ..storage.config import build_config
-from ..storage.cost_model import Calibration
-from ..storage.layout_sim import PROBE_FEATURES, SCAN_FEATURES, UPDATE_FEATURES
-from ..storage.read_plan import Probe, Scan
-from .machine import _cpu_model, _filesystem, ebb_commit
-from .measure import measure
+from ...storage.archive import Archive
+from ...storage.block_format import row_sizes
+from ...storage.config import build_config
+from ...storage.disk_format import INS_SLOT_BYTES
+from ...storage.read_plan import Probe, Scan
+from .cost_model import Calibration
+from .layout_sim import PROBE_FEATURES, SCAN_FEATURES, UPDATE_FEATURES
 
 MB = 1_000_000
 DELTA = 1000  # chronons per update in every micro-benchmark archive
@@ -115,7 +119,7 @@ def consume(batches) -> int:
 
 def stored_bytes(table: pa.Table) -> float:
     """Stored bytes per record as the model counts them: the encoded row and the insertion slot."""
-    return float(row_sizes(table).mean()) + 8.0
+    return float(row_sizes(table).mean()) + INS_SLOT_BYTES
 
 
 class MicroArchive:
@@ -147,6 +151,8 @@ class MicroArchive:
     def update(self, nbytes: int, expired: float) -> None:
         """One timed periodic update of ``nbytes`` of records, the fraction ``expired`` of them
         already expired (dropped by the plan, never written)."""
+        from ...tools.measure import measure  # as `ebb bench` times an update
+
         sp, S = self.spec, self.S
         self.slot += 1
         at = self.slot * DELTA
@@ -169,7 +175,8 @@ class MicroArchive:
 
     def reads(self) -> None:
         """Timed probes of random keys and a timed scan of the current state."""
-        from ..query.reader import ArchiveReader
+        from ...query.reader import ArchiveReader
+        from ...tools.measure import measure  # as `ebb bench` times a probe and a scan
 
         reader = ArchiveReader(self.archive)
         for key in self.rng.integers(0, self.spec.keys, PROBES_PER_STATE).tolist():
@@ -270,9 +277,12 @@ def calibrate(directory: str | None, say: Callable[[str], None]) -> Calibration:
     update, qu = fit(observations, "update", UPDATE_FEATURES)
     probe, qp = fit(observations, "probe", PROBE_FEATURES)
     scan, qs = fit(observations, "scan", SCAN_FEATURES)
+    from ...tools.machine import describe as describe_machine  # as `ebb bench` records it
+
+    machine = describe_machine(directory or tempfile.gettempdir(), bandwidth_bytes=0)  # no disk test
     measured = {
-        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "ebb_commit": ebb_commit(), "cpu": _cpu_model(),
-        "cores": os.cpu_count(), "filesystem": _filesystem(directory or tempfile.gettempdir()),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "ebb_commit": machine["ebb_commit"], "cpu": machine["cpu"],
+        "cores": os.cpu_count(), "filesystem": machine["filesystem"],
         "load_average_before": [round(x, 2) for x in load0], "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(time.perf_counter() - t0, 1), "fit": {"update": qu, "probe": qp, "scan": qs},
     }

@@ -1,10 +1,11 @@
 """``ebb advise``: recommend a layout for a workload, or calibrate the advisor on this machine.
 
-A thin layer: the statistics come from ``indexer/workload_profile.py`` (a job and its landed
-files, an archive) or ``tools/advisor_bench.py`` (a benchmark workload), the predictions from
-``storage/cost_model.py`` with the calibration ``indexer/advisor.py`` finds, the calibration
-from ``tools/calibrate.py``. Registered in ``query/cli.py`` through ``LAYER_COMMANDS``; imports
-nothing heavy until it runs. docs/advisor.md explains the model.
+A thin layer over the rest of the advisor: the statistics come from ``workload_profile`` (a job
+and its landed files, an archive) or ``bench`` (a benchmark workload), the predictions from
+``cost_model`` with the calibration ``auto`` finds, the calibration from ``calibrate``.
+``register`` adds the command to the ``ebb`` parser (``tools/cli.py``); nothing heavy is imported
+until it runs, and ebb.tools (``ebb bench``'s workloads and timing) only with ``--workload`` or
+``--calibrate``. docs/advisor.md explains the model.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import os
 import sys
 
-from ..storage.errors import UsageError
+from ...storage.errors import UsageError
 
 DESCRIPTION = """\
 Recommend an archive layout for a workload: predict, for every candidate layout, the seconds
@@ -102,7 +103,7 @@ def run(a) -> int:
 
 
 def _calibrate(a) -> int:
-    from ..indexer.advisor import default_calibration_path
+    from .auto import default_calibration_path
     from .calibrate import calibrate, describe, save
 
     out = a.out or default_calibration_path()
@@ -121,8 +122,8 @@ def _calibrate(a) -> int:
 def _advise(a) -> int:
     from dataclasses import asdict
 
-    from ..indexer.advisor import check_slots, default_calibration_path, load_calibration
-    from ..storage.cost_model import Mix, Schedule, candidate_of, rank
+    from .auto import check_slots, default_calibration_path, load_calibration
+    from .cost_model import Mix, Schedule, candidate_of, rank
 
     cal = load_calibration(a.calibration)
     mix = Mix(a.probes_per_update, a.scans_per_update)
@@ -132,17 +133,16 @@ def _advise(a) -> int:
     if a.job:
         prof = _job_profile(a)
     elif a.archive:
-        from ..indexer.workload_profile import archive_profile
-
-        from ..storage.cost_model import candidates
+        from .cost_model import candidates
+        from .workload_profile import archive_profile
 
         prof, cfg = archive_profile(a.archive)
         cur = candidate_of(cfg)
         current = cur.name
         among = candidates(prof.p) + ([] if cur in candidates(prof.p) else [cur])
     else:
-        from . import advisor_bench as ab
-        from .workloads import WORKLOADS
+        from ...tools.workloads import WORKLOADS  # `ebb bench`'s workloads
+        from . import bench as ab
 
         if a.workload not in WORKLOADS:
             raise UsageError(f"unknown workload {a.workload!r}; one of {', '.join(WORKLOADS)}")
@@ -157,7 +157,7 @@ def _advise(a) -> int:
     ranking = rank(prof, cal, mix, schedule, among)
     comparison = None
     if a.compare:
-        from .advisor_bench import compare
+        from .bench import compare
 
         comparison = compare(ranking, a.compare, mix)
     if a.format == "json":
@@ -175,10 +175,10 @@ def _advise(a) -> int:
 
 
 def _job_profile(a):
-    from ..indexer.commands import _job
-    from ..indexer.workload_profile import job_profile
+    from ..commands import load_job_file
+    from .workload_profile import job_profile
 
-    job = _job(a.job)
+    job = load_job_file(a.job)
     sources = list(dict.fromkeys(w.source for w in job.query.windows))
     samples: dict[str, list[str]] = {}
     for spec in a.sample:
@@ -197,8 +197,8 @@ def _report(prof, cal, cal_path, mix, schedule, ranking, top, current, compariso
     """The text output: the workload, the machine, the recommendation, the ranking."""
     import numpy as np
 
-    from ..indexer.advisor import default_calibration_path
-    from .advisor_bench import measured_layouts
+    from .auto import default_calibration_path
+    from .bench import measured_layouts
 
     h = np.asarray(prof.exp_offsets)
     ahead = np.flatnonzero(h[1:] > 0) + 1

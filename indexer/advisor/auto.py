@@ -1,9 +1,9 @@
 """The layout advisor as the rest of ebb uses it: where the calibration lives, and the layout
 ``layout = "auto"`` picks when there is one.
 
-The model is ``storage/cost_model.py``; the statistics it needs come from
-``indexer/workload_profile.py``; ``ebb advise --calibrate`` (``tools/calibrate.py``) writes the
-calibration to ``default_calibration_path()``. docs/advisor.md describes all of it.
+The model is ``cost_model``; the statistics it needs come from ``workload_profile``;
+``ebb advise --calibrate`` (``calibrate``) writes the calibration to
+``default_calibration_path()``. docs/advisor.md describes all of it.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 
-from ..storage.cost_model import Calibration, Candidate, Mix, WorkloadProfile
-from ..storage.errors import UsageError
-from .jobspec import Job
-from .landing import list_files
+from ...storage.errors import UsageError
+from ..jobspec import Job
+from ..landing import list_files
+from .cost_model import Calibration, Candidate, Mix, WorkloadProfile
 
 DEFAULT_MIX = Mix(probes=10.0, scans=1.0)  # reads per update assumed when none are given
 MAX_SLOTS = 1000  # the model's work grows with p^2; beyond this S/Delta it declines
@@ -52,7 +52,7 @@ def auto_layout(job: Job) -> Candidate | None:
     a damaged one is an error), every source has landed files that give the advisor its
     statistics, and S/Delta is within ``MAX_SLOTS``; None otherwise (the update pattern's default
     then applies)."""
-    from ..storage.cost_model import rank
+    from .cost_model import rank
     from .workload_profile import job_profile
 
     path = default_calibration_path()

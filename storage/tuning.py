@@ -1,0 +1,61 @@
+"""Tuning: every value that sets how much ebb reads, writes or holds at a time, in one place.
+
+Any of these may change freely: no byte on disk depends on them, and archives written under other
+values read the same (a run's block sizes are in its descriptor). Facts of the on-disk format,
+whose change needs a format version bump, are in ``disk_format``; limits on what ``ebb init``
+accepts are in ``config``.
+"""
+
+from __future__ import annotations
+
+# -- blocks ---------------------------------------------------------------------------------------------
+# The block size of an archive made without --block-bytes (kept in its configuration, so a change
+# only affects new archives). Measured at 32/128/256/512/1024 KiB: probe 0.66/0.84/0.84/1.07/1.44 ms,
+# scan 0.95/0.35/0.25/0.19/0.17 s; 512 KiB keeps most of the scan speed for a probe within 2x.
+DEFAULT_BLOCK_BYTES = 512 << 10
+# NoRebuild runs use blocks of block_bytes / 8: a NoRebuild probe reads one block in every live (run,
+# section), and on thesis-small (NoRebuild 4x4) 512 KiB blocks made a probe read 109 MB for 5 MB returned.
+NOREBUILD_BLOCK_DIVISOR = 8
+
+# -- reads ----------------------------------------------------------------------------------------------
+# The largest single read of adjacent blocks (scans and Rebuild's merge; a larger block is read alone):
+# a few ms of sequential transfer, so each request's fixed cost is small, while what a stream holds stays small.
+SPAN_BYTES = 8 << 20
+# The most a scan task (one Spark partition) reads: many tasks for parallelism, each long enough that
+# its fixed cost (a task, opening a run) stays small.
+SCAN_TASK_BYTES = 64 << 20
+# A range probe whose planned blocks total at most this is read whole and sorted once, 2-4x faster than
+# the streamed merge; a larger one streams, in memory bounded by its plan (query/flight_server.py).
+WHOLE_RANGE_BYTES = 8 << 20
+# A streamed range gathers its sorted rows into output batches of about this size, not one per merge
+# round (a round may emit a handful of rows, and every batch has a fixed cost downstream).
+RANGE_OUT_BYTES = 1 << 20
+# Run files a process keeps open (files.OpenFiles): below the usual soft limit of 1024 descriptors with
+# room for sockets and LMDB; the native point probe, which maps its runs all at once, takes at most half.
+OPEN_FILES = 512
+# A replaced version's maps are unmapped this much at a time (files.MappedSource.drop_pages): each step
+# holds the process's memory-map lock, which every page fault of every other thread waits for.
+DROP_STEP_BYTES = 2 << 20
+
+# -- metadata -------------------------------------------------------------------------------------------
+# Parsed run metadata an archive keeps across snapshots (metadata_cache): bounded in bytes so memory does
+# not grow with the archive; LevelDB's block cache is 8 MB, and ours holds only metadata.
+METADATA_CACHE_BYTES = 4 << 20
+# A metadata file (index/data.mdb) up to this size (about 50 GB live) is read ahead whole when opened,
+# so a cold start finds the state and run descriptors in memory by its first read (lmdb_env).
+METADATA_READ_AHEAD_BYTES = 64 << 20
+# LMDB's map: address space only (the file grows as used); 64 GiB holds millions of runs. The
+# environment variable EBB_MAP_SIZE overrides it (docs/operations.md).
+LMDB_MAP_SIZE = 1 << 36
+# LMDB reader slots: read transactions open at once over all processes of one archive (the Flight
+# server's concurrent streams, local Spark tasks, CLI reads); a slot costs 64 bytes of the lock file.
+LMDB_MAX_READERS = 512
+
+# -- updates --------------------------------------------------------------------------------------------
+# Rebuild merges a sub-index's old records with the update's new ones this much (of stored blocks) at a
+# time: an update holds its new records plus one chunk, whatever the sub-index's size.
+MERGE_CHUNK_BYTES = 32 << 20
+# Live bytes of a Rebuild sub-index one task rewrites (partitioned_update): small enough that a
+# thesis-large update (7 touched sub-indices of ~300 MB) gives every core several parts, large enough that a
+# part's fixed cost (a task, a file, an fsync) stays small beside its I/O.
+PART_BYTES = 128 << 20
