@@ -96,6 +96,13 @@ METADATA_PREFIX_TAGS = {b"run/": b"RUN2", b"ext/": b"EXTN", b"upd/": b"UPDT", b"
 METADATA_GUESS_BYTES = 1024
 
 
+# -- key filters: a blocked Bloom filter per block, after a run's last block (``key_filter``) -----------
+FILTER_UNIT_BYTES = 64  # a key's bits all lie in one unit: one cache line, one page read
+FILTER_BITS_PER_KEY = 10  # about 1% of absent keys pass a block's filter
+FILTER_PROBES = 7  # bits a key sets in its unit: successive 9-bit fields of its hash's second mix
+FILTER_TEXT_MULTIPLIER = 0x100000001B3  # a string key's bytes fold as p = p * this + (byte + 1), mod 2**64
+
+
 def native_constants() -> dict[str, int]:
     """The format facts storage/native/point_probe.c is written against, for it to check at import:
     the BLOCK entry's size and each field's byte offset ("entry.<field>"), the page size and page
@@ -113,5 +120,8 @@ def native_constants() -> dict[str, int]:
         "ipc_prefix_bytes": IPC_PREFIX_BYTES,
         "ipc_continuation": IPC_CONTINUATION,
         "metadata_guess_bytes": METADATA_GUESS_BYTES,
+        "filter_unit_bytes": FILTER_UNIT_BYTES,
+        "filter_probes": FILTER_PROBES,
+        "filter_text_multiplier": FILTER_TEXT_MULTIPLIER,
     })
     return out

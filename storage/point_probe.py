@@ -29,8 +29,23 @@ else:
         from . import _point_probe
     except ImportError:  # not built (installed without a C compiler): point probes take the planned read
         _point_probe = None
+from .disk_format import native_constants, visible_columns
 from .errors import CorruptionError, DataIOError
 from .run_descriptor import RunDescriptor
+
+
+def check_native_format(module, facts: dict[str, int]) -> None:
+    """ImportError if ``module`` (the native probe) was compiled for other format facts than
+    ``facts`` (``disk_format.native_constants``): a build left from another ebb would read
+    blocks, pages or filters at the wrong offsets."""
+    wrong = module.check_format(facts)
+    if wrong:
+        raise ImportError("ebb's native point probe was built for another on-disk format (" + "; ".join(wrong)
+                          + "): rebuild it (pip install --force-reinstall --no-deps ebb, or pip install -e . in a checkout)")
+
+
+if _point_probe is not None:
+    check_native_format(_point_probe, native_constants())
 
 NATIVE = _point_probe is not None  # False: no ColumnLayout, so Snapshot.probe returns None
 NATIVE_STATE = "on" if NATIVE else ("off (EBB_NATIVE=0)" if os.environ.get("EBB_NATIVE") == "0"
@@ -42,8 +57,8 @@ _FIXED, _BOOL, _VARIABLE = 0, 1, 2
 @dataclass(frozen=True)
 class ColumnLayout:
     """How the native probe reads the stored (physical) schema: each column's kind and width,
-    where the key, ts and exp columns are, how many columns it returns (all but the hidden
-    insertion slot, which is last), and whether keys are text (a string key column)."""
+    where the key, ts and exp columns are, how many columns it returns (the visible
+    columns, ``disk_format.visible_columns``), and whether keys are text (a string key column)."""
 
     kinds: bytes  # int32 per column: fixed-width, bool or variable-width
     widths: bytes  # int32 bytes per value (fixed-width columns)
@@ -73,7 +88,7 @@ class ColumnLayout:
             widths.append(0 if var or pa.types.is_boolean(t) else t.bit_width // 8)
         i = physical.get_field_index
         return ColumnLayout(np.array(kinds, np.int32).tobytes(), np.array(widths, np.int32).tobytes(),
-                            i(key), i(ts), i(exp), len(physical) - 1, key_type == pa.string())
+                            i(key), i(ts), i(exp), visible_columns(len(physical)), key_type == pa.string())
 
 
 @dataclass(frozen=True)
@@ -88,19 +103,21 @@ class RunArrays:
     sums: np.ndarray | None  # uint32 page sums (None: written without them; blocks are checked whole)
     first_at: np.ndarray | None = None  # text keys: int64 offsets of each block's first key, then the end
     last_at: np.ndarray | None = None
+    filter_at: np.ndarray | None = None  # where each block's key filter starts in the file, then the end
 
     @staticmethod
     def of(desc: RunDescriptor, sums: np.ndarray | None) -> "RunArrays":
         common = (desc.blocks, np.array(desc.section_bounds, np.int64), desc.page_start.astype(np.int64, copy=False), sums)
         if desc.first_keys and type(desc.first_keys[0]) is str:
             (first, first_at), (last, last_at) = _packed(desc.first_keys), _packed(desc.last_keys)
-            return RunArrays(first, last, *common, first_at, last_at)
-        return RunArrays(np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64), *common)
+            return RunArrays(first, last, *common, first_at, last_at, desc.filter_at)
+        return RunArrays(np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64), *common,
+                         filter_at=desc.filter_at)
 
     @property
     def nbytes(self) -> int:
         return 200 + sum(a.nbytes for a in (self.first_keys, self.last_keys, self.blocks, self.sections, self.page_start,
-                                             self.sums, self.first_at, self.last_at) if a is not None)
+                                             self.sums, self.first_at, self.last_at, self.filter_at) if a is not None)
 
 
 def _packed(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +153,7 @@ class ProbeRuns:
            layout: ColumnLayout) -> "ProbeRuns":
         """``runs`` with their mapped files, arrays and (max_exp, first_live), for a schema of ``layout``."""
         args = [(*src.native(), max_exp, first_live, a.first_keys, a.last_keys, a.blocks, a.sections, a.page_start,
-                 a.sums, a.first_at, a.last_at) for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
+                 a.sums, a.first_at, a.last_at, a.filter_at) for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
         return ProbeRuns(runs, sources, _point_probe.run_set(args, layout.kinds, layout.widths, layout.key,
                                                              layout.ts, layout.exp, layout.returned))
 

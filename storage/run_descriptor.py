@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import key_filter
 from .checksum import seal, unseal
-from .disk_format import (BLOCK, BLOCK_ENTRY_BYTES, INT_KEY, METADATA_PREFIX_TAGS, PAGE_BYTES, PAGE_SUM, BlockEntry,
-                          page_count)
+from .disk_format import (BLOCK, BLOCK_ENTRY_BYTES, FILTER_UNIT_BYTES, INT_KEY, METADATA_PREFIX_TAGS, PAGE_BYTES,
+                          PAGE_SUM, BlockEntry, page_count)
 from .errors import CorruptionError
 
 _TAG = METADATA_PREFIX_TAGS[b"run/"]
@@ -49,6 +50,9 @@ class RunDescriptor:
     sums: np.ndarray | None = None  # uint32 page sums of every block, in order (None: see ``paged``)
     paged: bool | None = None  # written with page sums (None: whether ``sums`` is given); they may be unloaded
     schema: int = 0  # the schema version its blocks were written under
+    # where its blocks' key filters start (page-aligned, after the last block; ``key_filter``), their
+    # page sums following the blocks' in ``sums``; None: written without filters
+    filter_offset: int | None = None
     section_bounds: list[int] = field(init=False)  # first block of each section, then len(blocks)
     page_start: np.ndarray = field(init=False)  # index in ``sums`` of each block's first page, then the total
 
@@ -83,7 +87,7 @@ class RunDescriptor:
         if self.sums is None:
             return self
         return RunDescriptor(self.name, self.subindex, self.blocks, self.first_keys, self.last_keys, None, self.paged,
-                             self.schema)
+                             self.schema, self.filter_offset)
 
     @property
     def nbytes(self) -> int:
@@ -95,8 +99,25 @@ class RunDescriptor:
 
     @property
     def file_bytes(self) -> int:
+        """The run file's size: its blocks, then its key filters."""
+        if self.filter_offset is not None:
+            return int(self.filter_at[-1])
         b = self.blocks
         return int(b["offset"][-1] + b["length"][-1]) if b.size else 0
+
+    @property
+    def filter_at(self) -> np.ndarray | None:
+        """The byte offset in the file of each block's key filter, then where the last one ends
+        (None: written without filters)."""
+        if self.filter_offset is None:
+            return None
+        sizes = key_filter.units(self.blocks["rows"].astype(np.int64)) * FILTER_UNIT_BYTES
+        return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64) + self.filter_offset
+
+    @property
+    def filter_pages(self) -> int:
+        """Pages of key filters (their sums follow the blocks' in ``sums``)."""
+        return 0 if self.filter_offset is None else _filter_pages(self.blocks)
 
     def first_live_after(self, slot: int) -> int:
         """Index of the first block whose section slot is > ``slot`` (NoRebuild deletion:
@@ -127,6 +148,8 @@ class RunDescriptor:
             meta["page"] = PAGE_BYTES
         if self.schema:  # absent for the first schema: descriptors from before schema growth read as 0
             meta["schema"] = self.schema
+        if self.filter_offset is not None:  # absent: written without key filters
+            meta["filter"] = self.filter_offset
         head = json.dumps(meta).encode()
         if int_keys:
             keys = np.array(self.first_keys + self.last_keys, dtype=INT_KEY).tobytes()
@@ -161,7 +184,7 @@ class RunDescriptor:
                     and all(type(k) is str for k in first + last)):
                 raise _malformed(what, name, "its keys")
         return RunDescriptor(head["name"], head["subindex"], blocks.copy(), first, last, sums, "page" in head,
-                             head.get("schema", 0))
+                             head.get("schema", 0), head.get("filter"))
 
     @staticmethod
     def sums_from_bytes(value: bytes, name: str, what: str) -> np.ndarray | None:
@@ -195,6 +218,12 @@ def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.nda
     end = len(body)
     if type(head.get("schema", 0)) is not int or head.get("schema", 0) < 0:
         raise CorruptionError(f"{what}: run {name} names schema version {head['schema']!r}")
+    if "filter" in head:  # with page sums (held), the filters' follow the blocks'
+        last = int(blocks["offset"][-1] + blocks["length"][-1]) if n else 0
+        if not (type(head["filter"]) is int and head["filter"] >= last and head["filter"] % PAGE_BYTES == 0):
+            raise _malformed(what, name, "where its key filters are")
+        if "page" in head:
+            end -= PAGE_SUM.itemsize * _filter_pages(blocks)
     if "page" in head:
         if head["page"] != PAGE_BYTES:
             raise CorruptionError(f"{what}: run {name} has pages of {head['page']!r} bytes, this ebb reads {PAGE_BYTES}")
@@ -202,6 +231,11 @@ def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.nda
     if end < pos or head["keys"] == "int" and end - pos != 2 * INT_KEY.itemsize * n:
         raise _malformed(what, name, "its keys and page sums do not fill it")
     return body, head, blocks, pos, end
+
+
+def _filter_pages(blocks: np.ndarray) -> int:
+    """Pages of the key filters of ``blocks`` (BLOCK entries)."""
+    return int(page_count(int(key_filter.units(blocks["rows"].astype(np.int64)).sum()) * FILTER_UNIT_BYTES))
 
 
 def _sums(body: memoryview, head: dict, end: int) -> np.ndarray | None:

@@ -4,6 +4,10 @@ This needs nothing but a directory and the records: no metadata, no lock. An upd
 for each run it creates; a Spark task can call it on an executor and hand the small descriptor
 back to the driver, whose commit adopts the file. Until a commit references it, a run file is
 invisible to readers and removed by recovery.
+
+After its last block a run file holds the key filter of each block (``key_filter``), from the
+next page boundary. The writer keeps them until ``finish``: 10 bits a record (a 5 GB run of
+200-byte records: 31 MB), against the 8 bytes of a record's key it would otherwise keep.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 
-from . import files
+from . import files, key_filter
 from .block_format import encode_blocks
-from .disk_format import BLOCK, PAGE_BYTES, PAGE_SUM, BlockEntry
+from .checksum import page_sums
+from .disk_format import BLOCK, PAGE_BYTES, PAGE_SUM, BlockEntry, page_count
 from .faults import crash_point
 from .run_descriptor import RunDescriptor
 
@@ -36,11 +41,15 @@ class RunWriter:
         self._first: list = []
         self._last: list = []
         self._sums: list[np.ndarray] = []
+        self._filters: list[bytes] = []
 
     def add(self, table: pa.Table, slots: np.ndarray | None = None) -> None:
         """Appends records sorted by (slot, key, exp), continuing the order of earlier calls."""
         key, ts, exp = self._cols
+        hashes, row = key_filter.key_hashes(table.column(key)), 0
         for blk in encode_blocks(table, key, ts, exp, self._block_bytes, PAGE_BYTES, slots):
+            self._filters.append(key_filter.block_filter(hashes[row:row + blk.rows]))
+            row += blk.rows
             self._entries.append(blk.at(self._file.size))
             self._first.append(blk.first_key)
             self._last.append(blk.last_key)
@@ -49,14 +58,21 @@ class RunWriter:
             crash_point("run.block_written")
 
     def finish(self, sync: bool = True) -> RunDescriptor:
-        """Closes the file and returns its descriptor. ``sync``: fsync it now (a caller writing
-        several runs may pass False and sync them together); the caller syncs the directory."""
+        """Writes the key filters, closes the file and returns its descriptor. ``sync``: fsync it
+        now (a caller writing several runs may pass False and sync them together); the caller
+        syncs the directory."""
+        filter_offset = int(page_count(self._file.size)) * PAGE_BYTES
+        filters = b"".join(self._filters)
+        self._file.write(bytes(filter_offset - self._file.size))
+        self._file.write(filters)
+        self._sums.append(page_sums(pa.py_buffer(filters), PAGE_BYTES))
         self._file.close()
         if sync:
             files.FS.sync_files([self.path])
         blocks = np.array(self._entries, dtype=BLOCK) if self._entries else np.zeros(0, BLOCK)
         sums = np.concatenate(self._sums) if self._sums else np.zeros(0, PAGE_SUM)
-        return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last, sums, schema=self.schema_version)
+        return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last, sums, schema=self.schema_version,
+                             filter_offset=filter_offset)
 
     def close(self) -> None:
         self._file.close()

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from .archive import PublishedArchive
 from .block_format import decode_block, older_physical
+from . import key_filter
 from .checksum import page_sums
 from .config import ArchiveConfig
 from .disk_format import FORMAT_VERSION, INS_SLOT_COLUMN, PAGE_BYTES, physical_schema
@@ -153,6 +154,7 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
     source = archive.open_files.source(run.name, sequential=True)
     index = {int(o): b for b, o in enumerate(desc.blocks["offset"])}
     phys = older_physical(physical_schema(snap.schema), snap.schemas.columns(desc.schema))  # the run's own columns
+    filters = _filters(path, desc, name, out)
     for e, data in read_block_bytes(source, blocks, name):
         batch = decode_block(data, phys, e.offset, e.rows, e.checksum, name)
         b = index[e.offset]
@@ -162,6 +164,9 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
         ev, tv = batch.column(exp).to_numpy(), batch.column(ts).to_numpy()
         ins = batch.column(INS_SLOT_COLUMN).to_numpy()
         where = f"{name}, block at byte {e.offset}"
+        if filters is not None and filters[desc.filter_at[b] - desc.filter_offset:
+                                          desc.filter_at[b + 1] - desc.filter_offset] != key_filter.block_filter(key_filter.key_hashes(k)):
+            out.append(f"{where}: its key filter differs from its keys'")
         first, last = k[0].as_py(), k[-1].as_py()
         if (first, last) != (desc.first_keys[b], desc.last_keys[b]):
             out.append(f"{where}: first/last key differ from the descriptor's")
@@ -188,6 +193,23 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
         if bad.any():
             out.append(f"{where}: {int(bad.sum())} records belong to another sub-index (docs/spec.md section 3)")
     return out
+
+
+def _filters(path: str, desc, name: str, out: list[str]) -> bytes | None:
+    """The key filters of run ``desc`` (None: written without them), after checking their page
+    sums (a problem is added to ``out``; probes would search the blocks of a damaged page)."""
+    if desc.filter_offset is None:
+        return None
+    at = desc.filter_at
+    with open(path, "rb") as f:
+        f.seek(int(at[0]))
+        data = f.read(int(at[-1] - at[0]))
+    if len(data) != at[-1] - at[0]:
+        out.append(f"{name}: its file ends inside its key filters")
+        return None
+    if desc.sums is not None and not np.array_equal(page_sums(pa.py_buffer(data), PAGE_BYTES), desc.sums[desc.page_start[-1]:]):
+        out.append(f"{name}: its key filters' page sums differ from the descriptor's")
+    return data
 
 
 def _sorted(k: pa.Array, ev: np.ndarray) -> bool:

@@ -1,6 +1,6 @@
 """The native point probe (storage/point_probe.py, storage/native/point_probe.c) against the
-planned read it replaces, for int64 and string keys: the same rows in the same order, the same
-blocks counted, for every layout and mode, schemas with every stored type and nulls, tiny
+planned read it replaces, for int64 and string keys: the same rows in the same order, no more
+blocks searched (key filters rule some out), for every layout and mode, schemas with every stored type and nulls, tiny
 blocks (a key spread over several), keys inside, between and outside the stored ones (for
 strings: empty, long, non-ASCII, sharing prefixes), and as_of times after the last update; the
 batch probe (``probe_many``) against single probes and the oracle. Then what it does with
@@ -10,6 +10,8 @@ version reclaimed under a remote reader."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from decimal import Decimal
 
@@ -20,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ebb.query.reader import ArchiveReader, ReadStats
-from ebb.storage import point_probe
+from ebb.storage import disk_format, files, point_probe
 from ebb.storage.archive import Archive
 from ebb.storage.errors import CorruptionError, ReadError
 from ebb.storage.read_plan import Probe
@@ -123,9 +125,11 @@ def test_native_probe_answers_as_the_planned_read_and_the_oracle(sc):
                         for i, blocks, nbytes in searched:
                             a, b = counted.get(i, (0, 0))
                             counted[i] = (a + blocks, b + nbytes)
-                        assert sorted(i + 1 for i in counted) == sorted(reader.io.subindices_read)
-                        assert sum(a for a, _ in counted.values()) == reader.io.blocks_read
-                        assert sum(b for _, b in counted.values()) == reader.io.bytes_read
+                        # the planned read searches every block whose key range holds the key; the
+                        # native probe skips those whose key filter rules it out
+                        assert {i + 1 for i in counted} <= reader.io.subindices_read
+                        assert sum(a for a, _ in counted.values()) <= reader.io.blocks_read
+                        assert sum(b for _, b in counted.values()) <= reader.io.bytes_read
 
 
 def test_probes_of_other_keys_take_the_planned_path(tmp_path):
@@ -216,6 +220,7 @@ def test_an_update_lets_go_of_the_runs_it_replaced(tmp_path):
         for T in (16, 18, 20):
             arc.load(pa.Table.from_pylist(rich_rows(rng, 200, T - 8, T, 12, 50), RICH), T)
             reader.probe(3)
+        assert files.RELEASER.idle()  # replaced runs are let go of in the background
         with open("/proc/self/maps") as f:
             stale = [line for line in f if arc.data_dir in line and "(deleted)" in line]
         assert stale == []
@@ -297,3 +302,19 @@ def test_probe_many_is_every_single_probe_in_key_order(tmp_path, text):
     with pytest.raises(ReadError):
         reader.probe_many([1, 2] if text else ["a"], 21)
     arc.close()
+
+
+def test_the_native_module_refuses_another_format():
+    """The extension compares each format fact it was compiled with to disk_format's: the same
+    facts pass; one changed (in a dict, or in disk_format before the first import, in a fresh
+    process) makes the import fail naming it, so a stale build never reads at the wrong offsets."""
+    facts = disk_format.native_constants()
+    assert point_probe._point_probe.check_format(facts) == []
+    for name in ("entry_bytes", "entry.rows", "page_bytes", "ipc_prefix_bytes", "filter_probes", "filter_text_multiplier"):
+        with pytest.raises(ImportError, match=name):
+            point_probe.check_native_format(point_probe._point_probe, dict(facts, **{name: facts[name] + 1}))
+    with pytest.raises(ImportError, match="metadata_guess_bytes.*absent"):
+        point_probe.check_native_format(point_probe._point_probe, {k: v for k, v in facts.items() if k != "metadata_guess_bytes"})
+    changed = subprocess.run([sys.executable, "-c", "import ebb.storage.disk_format as f; f.FILTER_PROBES = 8; "
+                              "import ebb.storage.point_probe"], capture_output=True, text=True)
+    assert changed.returncode != 0 and "filter_probes: 7 here, 8 in Python" in changed.stderr, changed.stderr

@@ -45,10 +45,17 @@
 #define XXH_INLINE_ALL
 #include "xxhash.h"
 
+/* The format facts this file is written against (disk_format.native_constants, checked at import
+ * by check_format): pages, the IPC message prefix, the metadata guess, key filters. */
 #define PAGE 4096
+#define PAGE_SUM_BYTES 4
 #define IPC_PREFIX 8         /* continuation marker and metadata length */
+#define IPC_CONTINUATION 0xFFFFFFFFu
 #define METADATA_GUESS 1024  /* about how many bytes of a block precede its first buffer */
 #define MAX_COLUMNS 4096
+#define FILTER_UNIT 64        /* key_filter.UNIT_BYTES */
+#define FILTER_PROBES 7       /* key_filter.PROBES: 9-bit fields of the second mix */
+#define FILTER_TEXT_MULTIPLIER 0x100000001B3ULL  /* disk_format.FILTER_TEXT_MULTIPLIER */
 
 enum { FIXED = 0, BOOL = 1, VARIABLE = 2 };
 
@@ -61,13 +68,23 @@ static inline int32_t ldi32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); ret
 static inline int64_t ldi64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
 static inline uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-/* run_descriptor.BLOCK, packed little-endian: 56 bytes an entry */
+/* disk_format.BLOCK, packed little-endian: each field's byte offset, and the entry's size */
+#define E_OFFSET 0
+#define E_LENGTH 8
+#define E_ROWS 12
+#define E_MIN_EXP 16
+#define E_MAX_EXP 24
+#define E_MAX_TS 32
+#define E_SLOT 40
+#define E_CHECKSUM 48
 #define ENTRY_BYTES 56
 typedef struct { uint64_t offset; uint32_t length, rows; int64_t min_exp, max_exp, max_ts, slot; uint64_t checksum; } Entry;
+_Static_assert(sizeof(Entry) == ENTRY_BYTES, "an Entry holds a BLOCK entry's fields");
 
 static Entry entry_at(const uint8_t *blocks, Py_ssize_t b) {
     const uint8_t *p = blocks + b * ENTRY_BYTES;
-    Entry e = {ld64(p), ld32(p + 8), ld32(p + 12), ldi64(p + 16), ldi64(p + 24), ldi64(p + 32), ldi64(p + 40), ld64(p + 48)};
+    Entry e = {ld64(p + E_OFFSET), ld32(p + E_LENGTH), ld32(p + E_ROWS), ldi64(p + E_MIN_EXP), ldi64(p + E_MAX_EXP),
+               ldi64(p + E_MAX_TS), ldi64(p + E_SLOT), ld64(p + E_CHECKSUM)};
     return e;
 }
 
@@ -307,7 +324,7 @@ static int decode(Block *b, const Layout *L, uint32_t rows, Column *cols) {
     if (check_span(b, 0, IPC_PREFIX) < 0)
         return -1;
     int32_t meta = ldi32(b->p + 4);
-    if (ld32(b->p) != 0xFFFFFFFFu || meta <= 0 || (uint64_t)meta > b->len - IPC_PREFIX)
+    if (ld32(b->p) != IPC_CONTINUATION || meta <= 0 || (uint64_t)meta > b->len - IPC_PREFIX)
         return fail(b->err, b->run, b->offset, "metadata length %d does not fit the block", meta);
     if (check_span(b, 0, IPC_PREFIX + (uint64_t)meta) < 0)
         return -1;
@@ -469,16 +486,17 @@ static int key_rows(Block *b, const Layout *L, const Column *cols, uint32_t rows
 /* -- the runs ---------------------------------------------------------------------------------- */
 /* What the caller passes for each run (a tuple built by point_probe.ProbeRuns.of), as buffers. */
 typedef struct {
-    Py_buffer map, first, last, blocks, sections, page_start, sums, first_at, last_at;
+    Py_buffer map, first, last, blocks, sections, page_start, sums, first_at, last_at, filter_at;
     int have_map, have_sums, nbuf, text;  /* text: first and last are bytes, first_at and last_at their int64 offsets */
+    int filters;  /* filter_at: where each block's key filter starts in the file, then where the last ends */
     int fd;
     int64_t max_exp, first_live;
 } Run;
 
 static void release_run(Run *r) {
     Py_buffer *all[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums, &r->first_at,
-                        &r->last_at};
-    for (int i = 0; i < 8; i++)
+                        &r->last_at, &r->filter_at};
+    for (int i = 0; i < 9; i++)
         if (all[i]->obj != NULL)  /* acquired */
             PyBuffer_Release(all[i]);
     if (r->have_map)
@@ -486,20 +504,22 @@ static void release_run(Run *r) {
 }
 
 static int open_run(PyObject *t, Run *r) {
-    PyObject *map, *first, *last, *blocks, *sections, *page_start, *sums, *first_at = Py_None, *last_at = Py_None;
+    PyObject *map, *first, *last, *blocks, *sections, *page_start, *sums, *first_at = Py_None, *last_at = Py_None,
+             *filter_at = Py_None;
     long long max_exp, first_live;
     memset(r, 0, sizeof *r);
-    if (!PyArg_ParseTuple(t, "OiLLOOOOOO|OO", &map, &r->fd, &max_exp, &first_live, &first, &last, &blocks, &sections,
-                          &page_start, &sums, &first_at, &last_at))
+    if (!PyArg_ParseTuple(t, "OiLLOOOOOO|OOO", &map, &r->fd, &max_exp, &first_live, &first, &last, &blocks, &sections,
+                          &page_start, &sums, &first_at, &last_at, &filter_at))
         return -1;
     r->max_exp = max_exp;
     r->first_live = first_live;
     r->have_sums = sums != Py_None;
     r->text = first_at != Py_None;
-    PyObject *objs[] = {first, last, blocks, sections, page_start, sums, first_at, last_at};
+    r->filters = filter_at != Py_None && r->have_sums;  /* a filter is trusted only through its page sums */
+    PyObject *objs[] = {first, last, blocks, sections, page_start, sums, first_at, last_at, r->filters ? filter_at : Py_None};
     Py_buffer *bufs[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums, &r->first_at,
-                         &r->last_at};
-    for (int i = 0; i < 8; i++)
+                         &r->last_at, &r->filter_at};
+    for (int i = 0; i < 9; i++)
         if (objs[i] != Py_None && PyObject_GetBuffer(objs[i], bufs[i], PyBUF_C_CONTIGUOUS) < 0)
             return -1;
     if (map != Py_None) {
@@ -561,6 +581,8 @@ typedef struct {
     Row *rows;
     Py_ssize_t ncand, nrows;
     int64_t *seen, *bytes;  /* per run: blocks searched and their bytes */
+    int64_t *size;          /* per run: its file's size, read once a probe (-1: not yet) */
+    uint8_t **filter_checked;  /* per run: its filter pages checked (batch probes; NULL: none kept) */
     Ahead ahead;
 } Probe;
 
@@ -573,12 +595,87 @@ static void free_probe(Probe *P) {
     free(P->rows);
     free(P->seen);
     free(P->bytes);
+    free(P->size);
     free(P->ahead.v);
 }
 
+/* The size of run ``i``'s file, read once a probe: whatever a probe touches must lie inside the
+ * file as it is now (touching a page past the end of a file would kill the process). */
+static int file_size(Probe *P, Run *runs, Py_ssize_t i, int64_t offset, Error *err, int64_t *size) {
+    if (P->size[i] < 0) {
+        struct stat st;
+        if (!runs[i].have_map)
+            return fail(err, i, offset, "the file is not mapped");
+        if (fstat(runs[i].fd, &st) < 0) {
+            int errnum = errno;
+            fail(err, i, offset, "the file cannot be read (%s)", strerror(errnum));
+            err->errnum = errnum;
+            return -1;
+        }
+        P->size[i] = st.st_size < (off_t)runs[i].map.len ? st.st_size : (int64_t)runs[i].map.len;
+    }
+    *size = P->size[i];
+    return 0;
+}
+
+/* -- key filters (key_filter.py) ------------------------------------------------------------ */
+static inline uint64_t mix64(uint64_t z) {  /* SplitMix64's finaliser */
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t key_hash(const Key *k, int text) {
+    if (!text)
+        return mix64((uint64_t)k->i);
+    uint64_t p = 0;
+    for (uint64_t i = 0; i < k->n; i++)
+        p = p * FILTER_TEXT_MULTIPLIER + (uint64_t)k->s[i] + 1;
+    return mix64(p);
+}
+
+/* Whether block ``blk`` of run ``i`` may hold the key of hash ``h``: 0 only if its filter, read
+ * after checking the page sum of the filter page it lies in, says so. No filter, one that does
+ * not fit the file, or a page that fails its sum: 1 (the block is searched, and checked). */
+static int may_hold(Probe *P, Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t h) {
+    Run *r = &runs[i];
+    if (!r->filters)
+        return 1;
+    Py_ssize_t nblocks = r->blocks.len / ENTRY_BYTES;
+    const uint8_t *at = r->filter_at.buf;
+    int64_t start = ldi64(at), lo = ldi64(at + 8 * blk), hi = ldi64(at + 8 * blk + 8), end = ldi64(at + 8 * nblocks);
+    int64_t size, first_sum = ldi64((uint8_t *)r->page_start.buf + 8 * nblocks);
+    Error ignored = {0};
+    if (file_size(P, runs, i, 0, &ignored, &size) < 0 || start < 0 || start % PAGE || lo < start || hi <= lo ||
+        hi > end || end > size || (hi - lo) % FILTER_UNIT)
+        return 1;
+    uint64_t units = (uint64_t)(hi - lo) / FILTER_UNIT, unit = ((h >> 32) * units) >> 32;
+    uint64_t from = (uint64_t)lo + unit * FILTER_UNIT, page = (from - (uint64_t)start) / PAGE;
+    if ((uint64_t)(first_sum + (int64_t)page + 1) * 4 > (uint64_t)r->sums.len)
+        return 1;
+    uint8_t *seen = P->filter_checked != NULL ? P->filter_checked[i] : NULL;
+    if (seen == NULL || !seen[page]) {
+        uint64_t p0 = (uint64_t)start + page * PAGE, n = (uint64_t)end - p0 < PAGE ? (uint64_t)end - p0 : PAGE;
+        if ((uint32_t)XXH3_64bits((const uint8_t *)r->map.buf + p0, n) != ((const uint32_t *)r->sums.buf)[first_sum + page])
+            return 1;
+        if (seen != NULL)
+            seen[page] = 1;
+    }
+    const uint8_t *bits = (const uint8_t *)r->map.buf + from;
+    uint64_t second = mix64(h);
+    for (int j = 0; j < FILTER_PROBES; j++) {
+        unsigned b = (unsigned)((second >> (9 * j)) & (FILTER_UNIT * 8 - 1));
+        if (!((bits[b >> 3] >> (b & 7)) & 1))
+            return 0;
+    }
+    return 1;
+}
+
 /* The live blocks of each run whose key range holds ``key`` (read_plan.plan's choice). */
-static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t as_of, Error *err) {
+static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t as_of, int text, Error *err) {
     Py_ssize_t cap = 0;
+    uint64_t h = key_hash(key, text);
     for (Py_ssize_t i = 0; i < nruns; i++) {
         Run *r = &runs[i];
         if (r->max_exp <= as_of)
@@ -593,7 +690,7 @@ static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t a
             Py_ssize_t start = bisect(r, 1, a, b, key, 0), stop = bisect(r, 0, a, b, key, 1);
             for (Py_ssize_t blk = start; blk < stop; blk++) {
                 Entry e = entry_at(r->blocks.buf, blk);
-                if (e.max_exp <= as_of)
+                if (e.max_exp <= as_of || !may_hold(P, runs, i, blk, h))
                     continue;
                 if (grow(&P->cand, P->ncand, &cap, sizeof(Candidate), err) < 0)
                     return -1;
@@ -619,15 +716,11 @@ static int prepare(Probe *P, Run *runs, const Layout *L, const Key *key, Error *
         Candidate *C = &P->cand[k];
         Run *r = &runs[C->run];
         Entry e = C->e;
-        struct stat st;
+        int64_t size;
         uint64_t end = e.offset + e.length;
-        if (r->have_map && fstat(r->fd, &st) < 0) {
-            int errnum = errno;
-            fail(err, C->run, (int64_t)e.offset, "the file cannot be read (%s)", strerror(errnum));
-            err->errnum = errnum;
+        if (file_size(P, runs, C->run, (int64_t)e.offset, err, &size) < 0)
             return -1;
-        }
-        if (!r->have_map || end > (uint64_t)st.st_size || end > (uint64_t)r->map.len)
+        if (end > (uint64_t)size)
             return fail(err, C->run, (int64_t)e.offset, "file ends before byte %llu, its descriptor needs it",
                         (unsigned long long)end);
         C->b = (Block){(uint8_t *)r->map.buf + e.offset, e.length, NULL, NULL, C->run, e.offset, err};
@@ -747,15 +840,18 @@ typedef struct {
     Probe P;
     Py_ssize_t cap;
     Py_ssize_t **slot;  /* per run: candidate index + 1 of each block (0: not a candidate yet) */
-    int64_t *size;      /* per run: its file's size, read once (-1: not yet) */
     int advise;         /* enough keys that a block is mostly read: ask for each block whole */
 } Batch;
 
 static void free_batch(Batch *B, Py_ssize_t nruns) {
-    for (Py_ssize_t i = 0; B->slot != NULL && i < nruns; i++)
-        free(B->slot[i]);
+    for (Py_ssize_t i = 0; i < nruns; i++) {
+        if (B->slot != NULL)
+            free(B->slot[i]);
+        if (B->P.filter_checked != NULL)
+            free(B->P.filter_checked[i]);
+    }
     free(B->slot);
-    free(B->size);
+    free(B->P.filter_checked);
     free_probe(&B->P);
 }
 
@@ -771,17 +867,10 @@ static int batch_block(Batch *B, Run *runs, Py_ssize_t i, Py_ssize_t blk, const 
     }
     Entry e = entry_at(r->blocks.buf, blk);
     uint64_t end = e.offset + e.length;
-    if (B->size[i] < 0 && r->have_map) {
-        struct stat st;
-        if (fstat(r->fd, &st) < 0) {
-            int errnum = errno;
-            fail(err, i, (int64_t)e.offset, "the file cannot be read (%s)", strerror(errnum));
-            err->errnum = errnum;
-            return -1;
-        }
-        B->size[i] = st.st_size;
-    }
-    if (!r->have_map || end > (uint64_t)B->size[i] || end > (uint64_t)r->map.len)
+    int64_t size;
+    if (file_size(P, runs, i, (int64_t)e.offset, err, &size) < 0)
+        return -1;
+    if (end > (uint64_t)size)
         return fail(err, i, (int64_t)e.offset, "file ends before byte %llu, its descriptor needs it", (unsigned long long)end);
     if (grow(&P->cand, P->ncand, &B->cap, sizeof(Candidate), err) < 0)
         return -1;
@@ -819,6 +908,7 @@ static int batch_block(Batch *B, Run *runs, Py_ssize_t i, Py_ssize_t blk, const 
 static int batch_key(Batch *B, Run *runs, Py_ssize_t nruns, const Layout *L, const Key *key, Py_ssize_t k, int64_t as_of,
                      Py_ssize_t *row_cap, Error *err) {
     Probe *P = &B->P;
+    uint64_t h = key_hash(key, L->text_key);
     for (Py_ssize_t i = 0; i < nruns; i++) {
         Run *r = &runs[i];
         if (r->max_exp <= as_of)
@@ -833,7 +923,7 @@ static int batch_key(Batch *B, Run *runs, Py_ssize_t nruns, const Layout *L, con
             Py_ssize_t start = bisect(r, 1, a, b, key, 0), stop = bisect(r, 0, a, b, key, 1);
             for (Py_ssize_t blk = start; blk < stop; blk++) {
                 Candidate *C = NULL;
-                if (entry_at(r->blocks.buf, blk).max_exp <= as_of)
+                if (entry_at(r->blocks.buf, blk).max_exp <= as_of || !may_hold(P, runs, i, blk, h))
                     continue;
                 if (batch_block(B, runs, i, blk, L, err, &C) < 0)
                     return -1;
@@ -1111,6 +1201,8 @@ static PyObject *run_set(PyObject *self, PyObject *args) {
         int keys_ok = !r->text ? !L->text_key && r->first.len == 8 * nb && r->last.len == 8 * nb
                     : L->text_key && r->first_at.len == 8 * (nb + 1) && r->last_at.len == 8 * (nb + 1) &&
                       offsets_fit(&r->first_at, r->first.len) && offsets_fit(&r->last_at, r->last.len);
+        if (r->filters && r->filter_at.len != 8 * (nb + 1))
+            keys_ok = 0;
         if (r->blocks.len != nb * ENTRY_BYTES || !keys_ok || r->page_start.len != 8 * (nb + 1) || r->sections.len % 8) {
             Py_DECREF(seq);
             PyErr_SetString(PyExc_ValueError, "run arrays disagree");
@@ -1154,12 +1246,16 @@ static PyObject *result_of(const RunSet *S, Probe *P) {
 }
 
 static int start_probe(const RunSet *S, Probe *P) {
-    P->seen = calloc(S->nruns ? S->nruns : 1, sizeof(int64_t));
-    P->bytes = calloc(S->nruns ? S->nruns : 1, sizeof(int64_t));
-    if (P->seen == NULL || P->bytes == NULL) {
+    Py_ssize_t n = S->nruns ? S->nruns : 1;
+    P->seen = calloc(n, sizeof(int64_t));
+    P->bytes = calloc(n, sizeof(int64_t));
+    P->size = malloc(n * sizeof(int64_t));
+    if (P->seen == NULL || P->bytes == NULL || P->size == NULL) {
         PyErr_NoMemory();
         return -1;
     }
+    for (Py_ssize_t i = 0; i < n; i++)
+        P->size[i] = -1;
     open_pidfd();
     return 0;
 }
@@ -1194,13 +1290,27 @@ static PyObject *probe(PyObject *self, PyObject *args) {
     if (start_probe(S, &P) == 0) {
         int ok;
         Py_BEGIN_ALLOW_THREADS  /* the caller's reference keeps the set, and so its maps, alive */
-        ok = plan(&P, S->runs, S->nruns, key, as_of, &err) == 0 && prepare(&P, S->runs, L, key, &err) == 0 &&
+        ok = plan(&P, S->runs, S->nruns, key, as_of, L->text_key, &err) == 0 && prepare(&P, S->runs, L, key, &err) == 0 &&
              search_blocks(&P, L, key, &err) == 0 && collect(&P, L, as_of, &err) == 0;
         Py_END_ALLOW_THREADS
         result = ok ? result_of(S, &P) : raise(&err);
     }
     free_probe(&P);
     return result;
+}
+
+/* A batch's record of which filter pages of each run it has checked. */
+static int filter_pages(Probe *P, const RunSet *S) {
+    for (Py_ssize_t i = 0; i < S->nruns; i++) {
+        const Run *r = &S->runs[i];
+        if (!r->filters)
+            continue;
+        Py_ssize_t n = r->filter_at.len / 8;
+        int64_t span = ldi64((uint8_t *)r->filter_at.buf + 8 * (n - 1)) - ldi64(r->filter_at.buf);
+        if ((P->filter_checked[i] = calloc(span > 0 ? (size_t)(span / PAGE + 1) : 1, 1)) == NULL)
+            return -1;
+    }
+    return 0;
 }
 
 static PyObject *probe_many(PyObject *self, PyObject *args) {
@@ -1231,12 +1341,11 @@ static PyObject *probe_many(PyObject *self, PyObject *args) {
     if (bad) {
         PyErr_SetString(PyExc_ValueError, text ? "keys must be int64 offsets into data" : "keys must be int64");
     } else if ((B.slot = calloc(S->nruns ? S->nruns : 1, sizeof(Py_ssize_t *))) == NULL ||
-               (B.size = malloc((S->nruns ? S->nruns : 1) * sizeof(int64_t))) == NULL) {
+               (B.P.filter_checked = calloc(S->nruns ? S->nruns : 1, sizeof(uint8_t *))) == NULL ||
+               filter_pages(&B.P, S) < 0) {
         PyErr_NoMemory();
     } else if (start_probe(S, &B.P) == 0) {
         int ok;
-        for (Py_ssize_t i = 0; i < S->nruns; i++)
-            B.size[i] = -1;
         Py_BEGIN_ALLOW_THREADS
         ok = batch_probe(&B, S->runs, S->nruns, &S->L, &K, as_of, &err) == 0;
         Py_END_ALLOW_THREADS
@@ -1248,7 +1357,48 @@ static PyObject *probe_many(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* Each format fact this code is compiled with, under its disk_format.native_constants name. */
+static const struct { const char *name; unsigned long long value; } FACTS[] = {
+    {"entry_bytes", ENTRY_BYTES}, {"entry.offset", E_OFFSET}, {"entry.length", E_LENGTH}, {"entry.rows", E_ROWS},
+    {"entry.min_exp", E_MIN_EXP}, {"entry.max_exp", E_MAX_EXP}, {"entry.max_ts", E_MAX_TS}, {"entry.slot", E_SLOT},
+    {"entry.checksum", E_CHECKSUM}, {"page_bytes", PAGE}, {"page_sum_bytes", PAGE_SUM_BYTES},
+    {"ipc_prefix_bytes", IPC_PREFIX}, {"ipc_continuation", IPC_CONTINUATION}, {"metadata_guess_bytes", METADATA_GUESS},
+    {"filter_unit_bytes", FILTER_UNIT}, {"filter_probes", FILTER_PROBES}, {"filter_text_multiplier", FILTER_TEXT_MULTIPLIER},
+};
+
+static PyObject *check_format(PyObject *self, PyObject *facts) {
+    (void)self;
+    if (!PyDict_Check(facts)) {
+        PyErr_SetString(PyExc_TypeError, "check_format takes a dict");
+        return NULL;
+    }
+    PyObject *wrong = PyList_New(0);
+    if (wrong == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof FACTS / sizeof FACTS[0]; i++) {
+        PyObject *v = PyDict_GetItemString(facts, FACTS[i].name);  /* borrowed */
+        unsigned long long got = v != NULL && PyLong_Check(v) ? PyLong_AsUnsignedLongLong(v) : 0;
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        else if (v != NULL && PyLong_Check(v) && got == FACTS[i].value)
+            continue;
+        PyObject *line = v == NULL ? PyUnicode_FromFormat("%s: %llu here, absent in Python", FACTS[i].name, FACTS[i].value)
+                                   : PyUnicode_FromFormat("%s: %llu here, %R in Python", FACTS[i].name, FACTS[i].value, v);
+        if (line == NULL || PyList_Append(wrong, line) < 0) {
+            Py_XDECREF(line);
+            Py_DECREF(wrong);
+            return NULL;
+        }
+        Py_DECREF(line);
+    }
+    return wrong;
+}
+
 static PyMethodDef methods[] = {
+    {"check_format", check_format, METH_O,
+     "check_format(facts) -> list of str\n\n"
+     "Each format fact this module was compiled with (disk_format.native_constants' names) that differs\n"
+     "from, or is missing in, facts: empty if it reads the format Python writes."},
     {"run_set", run_set, METH_VARARGS,
      "run_set(runs, kinds, widths, key_col, ts_col, exp_col, n_out) -> RunSet capsule\n\n"
      "The runs a probe searches (tuples built by point_probe.ProbeRuns.of) and the stored schema's layout\n"

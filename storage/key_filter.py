@@ -1,0 +1,98 @@
+"""Key filters: a blocked Bloom filter per block of a run, so that a probe skips blocks (and so
+runs) that cannot hold its key.
+
+A run's blocks are chosen for a key by their first and last keys; with many distinct keys every
+block spans most of the key space, so without a filter a probe searches one block in every run
+(and in NoRebuild, in every section of every run). Each block's filter answers "not here" for
+about 99% of absent keys after reading one 64-byte unit of it, so a probe searches about one
+block per run that holds the key.
+
+Layout (docs/format.md, "Key filters"): a block of ``rows`` rows has ``units(rows)`` units of
+``UNIT_BYTES`` bytes (``BITS_PER_KEY`` bits a row). A key's 64-bit hash (``key_hashes``) picks
+one unit by its high 32 bits and ``PROBES`` bits in it by successive 9-bit fields of a second
+mix of the hash; the key may be in the block only if all are set. The filters of a run's blocks
+follow its last block, from the next page boundary, in block order, covered by page sums like
+the blocks (a damaged filter page is never trusted: the block is searched). The same hash and
+bits are computed by storage/native/point_probe.c, which reads the filters through the run's map.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .disk_format import FILTER_BITS_PER_KEY as BITS_PER_KEY
+from .disk_format import FILTER_PROBES as PROBES
+from .disk_format import FILTER_TEXT_MULTIPLIER, FILTER_UNIT_BYTES as UNIT_BYTES
+
+_UNIT_BITS = UNIT_BYTES * 8
+_MASK64 = (1 << 64) - 1
+
+
+def units(rows):
+    """Filter units of a block of ``rows`` rows (an int or a numpy array of them); at least one."""
+    return np.maximum(1, (np.asarray(rows, np.int64) * BITS_PER_KEY + _UNIT_BITS - 1) // _UNIT_BITS)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, on uint64 (wrapping)."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The uint64 hash of each key (int64 or string; no nulls): an int64's mixed bits, a string's
+    UTF-8 bytes folded as p = p * FILTER_TEXT_MULTIPLIER + (byte + 1) then mixed. Vectorised:
+    the bytes of every string at once."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    if pa.types.is_integer(keys.type):
+        return _mix(np.asarray(keys.to_numpy(zero_copy_only=False), np.int64).view(np.uint64))
+    offsets_buf, data_buf = keys.buffers()[1:3]
+    n = len(keys)
+    at = np.frombuffer(offsets_buf, np.int32, n + 1, keys.offset * 4).astype(np.int64)
+    data = np.frombuffer(data_buf, np.uint8, int(at[-1] - at[0]), int(at[0])) if data_buf is not None else np.zeros(0, np.uint8)
+    at -= at[0]
+    lengths = np.diff(at)
+    folded = np.zeros(n, np.uint64)
+    if data.size:
+        longest = int(lengths.max())
+        with np.errstate(over="ignore"):
+            powers = np.cumprod(np.full(longest, FILTER_TEXT_MULTIPLIER, np.uint64))
+            powers = np.concatenate([[np.uint64(1)], powers[:-1]])  # M^0 .. M^(longest-1)
+            owner = np.repeat(np.arange(n), lengths)
+            after = at[owner + 1] - 1 - np.arange(data.size)  # bytes after each byte in its string
+            terms = (data.astype(np.uint64) + np.uint64(1)) * powers[after]
+        full = lengths > 0
+        folded[full] = np.add.reduceat(terms, at[:-1][full])
+    return _mix(folded)
+
+
+def _positions(hashes: np.ndarray, unit_count) -> tuple[np.ndarray, np.ndarray]:
+    """For each hash: its unit (of ``unit_count``) and its PROBES bit positions in the unit."""
+    with np.errstate(over="ignore"):
+        unit = ((hashes >> np.uint64(32)) * np.asarray(unit_count, np.uint64)) >> np.uint64(32)
+        second = _mix(hashes)
+    shifts = np.arange(PROBES, dtype=np.uint64) * np.uint64(9)
+    bits = (second[:, None] >> shifts) & np.uint64(_UNIT_BITS - 1)
+    return unit.astype(np.int64), bits.astype(np.int64)
+
+
+def block_filter(hashes: np.ndarray) -> bytes:
+    """The filter of a block whose keys have ``hashes`` (one a row): ``units(len(hashes))`` units."""
+    count = int(units(len(hashes)))
+    unit, bits = _positions(hashes, count)
+    flat = np.zeros(count * _UNIT_BITS, bool)
+    flat[(unit[:, None] * _UNIT_BITS + bits).ravel()] = True
+    return np.packbits(flat, bitorder="little").tobytes()
+
+
+def may_hold(filter_bytes, hashes: np.ndarray) -> np.ndarray:
+    """Whether a block with filter ``filter_bytes`` may hold each key of ``hashes`` (False: it does
+    not). As the native probe tests it; for ``ebb verify`` and the tests."""
+    bits_of = np.unpackbits(np.frombuffer(filter_bytes, np.uint8), bitorder="little")
+    unit, bits = _positions(hashes, len(bits_of) // _UNIT_BITS)
+    return bits_of[unit[:, None] * _UNIT_BITS + bits].all(axis=1)

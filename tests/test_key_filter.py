@@ -1,0 +1,128 @@
+"""Key filters (storage/key_filter.py and their use in storage/native/point_probe.c): no key
+written is ever filtered out, absent keys mostly are, string hashing agrees with a plain
+per-key fold, probes skip the blocks their filters rule out, and a damaged filter never hides a
+row (its page fails its sum and the block is searched)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ebb.query.reader import ArchiveReader
+from ebb.storage import key_filter, point_probe
+from ebb.storage.archive import Archive
+from ebb.storage.disk_format import FILTER_TEXT_MULTIPLIER
+from ebb.storage.verify import verify
+
+from support import Oracle, config, rows_multiset
+
+
+def _fold(key: str) -> int:
+    """The string hash's fold, one byte at a time (what the native code does)."""
+    p = 0
+    for b in key.encode():
+        p = (p * FILTER_TEXT_MULTIPLIER + b + 1) & ((1 << 64) - 1)
+    return p
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=40), min_size=1, max_size=60))
+def test_string_hashes_fold_every_byte(keys):
+    """The vectorised hash of a string array (also sliced) is the per-byte fold, then mixed."""
+    arr = pa.array(["pad"] + keys, pa.string()).slice(1)
+    want = key_filter._mix(np.array([_fold(k) for k in keys], np.uint64))
+    assert np.array_equal(key_filter.key_hashes(arr), want)
+    assert np.array_equal(key_filter.key_hashes(pa.chunked_array([arr])), want)
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_no_false_negatives_and_few_false_positives(text):
+    rng = np.random.default_rng(1)
+    for rows in (1, 7, 300, 5000):
+        ints = rng.integers(-2**63, 2**63 - 1, rows, dtype=np.int64)
+        keys = pa.array([f"k{v}" for v in ints]) if text else pa.array(ints)
+        f = key_filter.block_filter(key_filter.key_hashes(keys))
+        assert len(f) == key_filter.units(rows) * key_filter.UNIT_BYTES
+        assert key_filter.may_hold(f, key_filter.key_hashes(keys)).all()
+        absent = rng.integers(-2**63, 2**63 - 1, 20000, dtype=np.int64)
+        probes = pa.array([f"x{v}" for v in absent]) if text else pa.array(absent)
+        rate = key_filter.may_hold(f, key_filter.key_hashes(probes)).mean()
+        assert rate < (0.05 if rows >= 300 else 0.2), (rows, rate)
+
+
+needs_native = pytest.mark.skipif(not point_probe.NATIVE, reason="the native point probe is not built")
+
+
+def _archive(tmp_path, text: bool, mode: str = "rebuild"):
+    rng = np.random.default_rng(8)
+    arc = Archive.create(str(tmp_path / "a"), config(mode=mode, G=2, E=2, block_bytes=8 << 10))
+    oracle = Oracle()
+    for T in (16, 18, 20):
+        n = 4000
+        ts = rng.integers(T - 12, T + 1, n)
+        k = rng.integers(0, 100_000, n)
+        rows = [{"key": f"sensor-{v:07d}" if text else int(v), "ts": int(t), "exp": int(t + rng.integers(1, 15)),
+                 "v": int(i)} for i, (v, t) in enumerate(zip(k, ts))]
+        oracle.load(rows, T)
+        arc.load(pa.Table.from_pylist(rows), T)
+    return arc, oracle, rng
+
+
+@needs_native
+@pytest.mark.parametrize("text", [False, True])
+@pytest.mark.parametrize("mode", ["rebuild", "norebuild"])
+def test_probes_skip_blocks_their_filters_rule_out(tmp_path, text, mode):
+    """Present keys: the oracle's rows. Absent keys: almost no block searched (the key ranges
+    alone would send each probe to a block of every run and section)."""
+    arc, oracle, rng = _archive(tmp_path, text, mode)
+    reader = ArchiveReader(arc)
+    key = (lambda v: f"sensor-{v:07d}") if text else int
+    for v in rng.integers(0, 100_000, 200):
+        assert rows_multiset(reader.probe(key(v), 20)) == oracle.probe(key(v), 20)
+    absent = [key(v) for v in rng.integers(100_000, 200_000, 300)] if not text else \
+        [f"sensor-{v:07d}x" for v in rng.integers(0, 100_000, 300)]
+    with arc.snapshot() as snap:
+        ranges = sum(len(snap.descriptor(r.name).section_bounds) - 1 for sub in snap.state.subindices for r in sub.runs)
+        searched = [sum(b for _, b, _ in snap.probe(k, 20)[1]) for k in absent]
+    assert sum(searched) <= 0.1 * len(absent) * ranges, (sum(searched), len(absent), ranges)
+    arc.close()
+
+
+@needs_native
+@pytest.mark.parametrize("text", [False, True])
+def test_a_damaged_filter_never_hides_a_row(tmp_path, text):
+    """Every filter page zeroed in turn (every key ruled out, were it trusted): single and batch
+    probes of every key still return the oracle's rows, as the page fails its sum, and ``ebb
+    verify`` reports the damage; restored, it finds nothing."""
+    arc, oracle, rng = _archive(tmp_path, text)
+    with arc.snapshot() as snap:
+        run = snap.state.subindices[0].runs[0]
+        desc = snap.descriptor(run.name)
+    arc.close()
+    start, end = desc.filter_at[0], desc.filter_at[-1]
+    assert end > start
+    path = os.path.join(arc.data_dir, run.name)
+    pristine = open(path, "rb").read()
+    keys = sorted({r["key"] for r in oracle.valid(20)})[::7]
+    for page in range(start, end, 4096):
+        bad = bytearray(pristine)
+        bad[page:min(page + 4096, end)] = bytes(min(4096, end - page))
+        with open(path, "wb") as f:
+            f.write(bad)
+        with Archive(str(tmp_path / "a")) as arc:
+            problems, _ = verify(arc)
+            assert any("key filters' page sums differ" in p for p in problems), problems
+            reader = ArchiveReader(arc)
+            many = reader.probe_many(keys, 20)
+            assert rows_multiset(many) == sum((oracle.probe(k, 20) for k in keys), Counter())
+            for k in keys[::10]:
+                assert rows_multiset(reader.probe(k, 20)) == oracle.probe(k, 20)
+    with open(path, "wb") as f:
+        f.write(pristine)
+    with Archive(str(tmp_path / "a")) as arc:
+        assert verify(arc)[0] == []
