@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from ebb.tools import configs
-from ebb.tools.measure import measure, open_handles
+from ebb.tools.measure import measure, measure_short, open_handles
 from ebb.tools.plan import Plan
 from ebb.tools.workloads import WORKLOADS
 
@@ -175,6 +175,24 @@ def test_peak_anon_counts_heap_not_mapped_files(tmp_path):
     assert s.peak_anon_bytes - s.base_anon_bytes < 16 << 20
 
 
+def test_measure_short_times_the_call_alone():
+    """A warm probe's time is of one plain call; its memory and I/O come from a second call
+    through ``measure`` (whose time is not the one reported)."""
+    import time
+
+    calls = []
+
+    def op():
+        calls.append(1)
+        time.sleep(0.01 if len(calls) == 1 else 0.2)
+        return len(calls)
+
+    out, s = measure_short(op)
+    assert out == 1 and len(calls) == 2  # the first call's result; the second ran through measure
+    assert 0.01 <= s.wall_s < 0.2, s.wall_s
+    assert s.base_anon_bytes > 0 and s.peak_anon_bytes >= s.base_anon_bytes
+
+
 def test_closed_stores_hold_no_files(tmp_path):
     """A cold measurement closes the store first: ebb's archive (LMDB and its open run files) and
     the LMDB peer must then hold nothing open or mapped; a store that does is refused."""
@@ -191,6 +209,13 @@ def test_closed_stores_hold_no_files(tmp_path):
             st.load(batch, at)
         st.probe(w.probe_key(1), w.time_of(1))
         st.scan(w.time_of(1))
+        keys = w.random_keys(20, 1, unique=True)
+        single = [st.probe(k, w.time_of(1)) for k in keys.tolist()]
+        batch = st.probe_many(keys, w.time_of(1))  # ebb's ArchiveReader.probe_many, the peer's loop
+        assert (batch.rows, batch.seq_sum) == (sum(r.rows for r in single), sum(r.seq_sum for r in single)), st.name
+        assert batch.rows > 0
+        if st.name == "NoRebuild2x2":  # the reader is an archive of its own, not the writer's
+            assert st.reader.archive is not st.archive and st.reader.archive.path == st.archive.path
         assert open_handles(st.path), st.name  # open while in use, so the check sees something
         st.close()
         assert open_handles(st.path) == [], st.name
@@ -233,7 +258,7 @@ QUICK_CONFIGS = ["R-ins4", "R-exp9", "D-ins9", "D-exp4", "Rebuild2x2", "Rebuild4
 
 def test_bench_quick_end_to_end(tmp_path):
     out = tmp_path / "quick"
-    proc = subprocess.run([sys.executable, "-m", "ebb.query.cli", "bench", "quick", "--out", str(out), "--no-progress",
+    proc = subprocess.run([sys.executable, "-m", "ebb.tools.cli", "bench", "quick", "--out", str(out), "--no-progress",
                            "--configs", ",".join(QUICK_CONFIGS)], capture_output=True, text=True, timeout=600)
     logs = "".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in out.glob("failed-*.log"))
     assert proc.returncode == 0, proc.stderr[-3000:] + logs
@@ -272,6 +297,27 @@ def test_bench_quick_end_to_end(tmp_path):
     reads = ops[ops.op.isin(["probe", "scan"])]
     for (slot, op, cache), g in reads.groupby(["slot", "op", "cache"]):
         assert g.rows.nunique() == 1 and g.seq_sum.nunique() == 1, (slot, op, cache)
+    # library-level probe latency after the last update: one row per store, plain-timed probes,
+    # every answer right (the brute-force oracle of the keys it probed)
+    from ebb.tools.report import _workload_table, with_latency
+    from ebb.tools.run_config import LATENCY_MIN_PROBES, LATENCY_PROBES, LATENCY_STREAM
+
+    w = WORKLOADS["quick"].with_updates(plan["updates"])
+    g, at = w.generated(), w.time_of(w.updates)
+    live = (g["ts"] <= at) & (g["exp"] > at)
+    count = np.bincount(g["key"][live], minlength=w.keys)
+    seq = np.bincount(g["key"][live], weights=g["seq"][live], minlength=w.keys)
+    lat = ops[ops.op == "probe_latency"]
+    assert sorted(lat.config) == sorted(names)
+    for _, r in lat.iterrows():
+        assert r.slot == plan["updates"] and r.cache == "warm", r.config
+        assert LATENCY_MIN_PROBES <= r.probes <= LATENCY_PROBES, r.config
+        assert 0 < r.p50_s <= r.p99_s and r.wall_s > 0, r.config
+        keys = w.random_keys(LATENCY_PROBES, LATENCY_STREAM)[:int(r.probes)]
+        assert (r.rows, r.seq_sum) == (count[keys].sum(), round(seq[keys].sum())), r.config
+    with_lat = with_latency(summary, ops)
+    assert (with_lat.probe_p50_s > 0).all() and (with_lat.probe_p50_s <= with_lat.probe_p99_s).all()
+    assert "| probe p50 µs | probe p99 µs |" in _workload_table(with_lat)
     # cold rows exist when the cache can be dropped
     machine = json.loads((out / "machine.json").read_text())
     if machine["cold_cache_problem"] is None:
@@ -336,9 +382,9 @@ def test_bench_report_renders(tmp_path):
     assert headline.count("\n") == 7 and "| sqlite / ebb |" in headline  # header, rule, six measures
     assert "| update (warm) | Rebuild2x2 | 1.30 | 1.54 | 1.54 |" in headline  # best doubly layout, peer time / its time
     v = _verdicts(text)
-    for measure in ("update", "probe", "scan", "write amplification", "space amplification", "cold scan bandwidth",
-                    "cold probe bytes read", "answers"):
-        assert v[("thesis-small", measure)] == "met", (measure, v)
+    for name in ("update", "probe", "scan", "write amplification", "space amplification", "cold scan bandwidth",
+                 "cold probe bytes read", "answers"):
+        assert v[("thesis-small", name)] == "met", (name, v)
     assert v[("many-keys", "probe")] == "not measured"
     assert v[("thesis-small vs thesis-large-smallbatch", "update peak anon memory")] == "not measured"
     for heading in ("Doubly partitioned indices update", "Round-robin is 10-20%", "Rebuild4x4 is about 20%",
@@ -347,6 +393,28 @@ def test_bench_report_renders(tmp_path):
     assert "Held." in text
     for stale in ("MADV", "PAX", "Known issues", "Problems found", "bucket maps", "peak RSS MB"):
         assert stale not in text, stale
+
+
+def test_report_shows_library_level_probe_latency(tmp_path):
+    """The run's probe_latency rows become the summary's latency columns, shown in the workload's
+    table and in a section of their own with each store's ratio to SQLite's."""
+    from ebb.tools import report
+
+    names = ["Rebuild2x2", "NoRebuild2x2", "sqlite", "lmdb"]
+    ops = pd.DataFrame([{"config": n, "op": "probe_latency", "wall_s": 2e-5 * (i + 1), "p50_s": 1e-5 * (i + 1),
+                         "p99_s": 4e-5 * (i + 1), "probes": 2000} for i, n in enumerate(names)])
+    s = report.with_latency(_summary("thesis-small", names), ops)
+    assert s.probe_p50_s.tolist() == pytest.approx([1e-5, 2e-5, 3e-5, 4e-5])
+    text = report.render({"thesis-small": s}, {"thesis-small": DISK}, tmp_path)
+    table = text.split("## thesis-small:", 1)[1]
+    assert "| probe p50 µs | probe p99 µs |" in table and "| Rebuild2x2 | 1.30 | 2.00 | 0.014 | 0.05 | 10.0 | 40.0 |" in table
+    section = text.split("### Library-level probe latency", 1)[1].split("\n## ", 1)[0]
+    assert "| Rebuild2x2 | 2,000 | 10.0 | 40.0 | 20.0 | 0.333 | 0.333 |" in section
+    assert "| sqlite | 2,000 | 30.0 | 120 | 60.0 | 1.00 | 1.00 |" in section
+    # a summary from before the latency rows: dashes, and no section
+    old = report.with_latency(_summary("thesis-small", names), pd.DataFrame())
+    text = report.render({"thesis-small": old}, {"thesis-small": DISK}, tmp_path)
+    assert "### Library-level probe latency" not in text and "| Rebuild2x2 | 1.30 | 2.00 | 0.014 | 0.05 | - | - |" in text
 
 
 def _periodic_run(out: Path, random_gain: float) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -431,7 +499,7 @@ def test_bench_migration_drains_without_writing_and_copies_the_live_data(tmp_pat
     command fails otherwise), draining writes nothing at the switch and is gone after p updates,
     copying writes every live record."""
     out = tmp_path / "mig"
-    proc = subprocess.run([sys.executable, "-m", "ebb.query.cli", "bench-migration", "--workload", "quick",
+    proc = subprocess.run([sys.executable, "-m", "ebb.tools.cli", "bench-migration", "--workload", "quick",
                            "--before", "2", "--from", "Rebuild2x2", "--to", "NoRebuild3x3-chr", "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

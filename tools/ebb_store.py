@@ -1,16 +1,21 @@
 """ebb itself as a benchmarked store: one archive with a wave or doubly partitioned layout.
 
 Updates go through ``Archive.load`` (whose update record supplies ebb's own counts: sub-indices
-touched, blocks and bytes read and written); probes and scans through ``ArchiveReader``, whose
-``ReadStats`` count the sub-indices, blocks and bytes a read planned; reads also report the
-archive's target block size (``block_bytes``, which depends on the mode); after each update the
-largest and mean number of records per sub-index are read from the committed state. ``close``
-closes the reader and the ``Archive``, which closes its LMDB environment and every run file it
-holds open (``archive.open_files``).
+touched, blocks and bytes read and written); probes, batches of probes and scans through an
+``ArchiveReader`` of its own, opened from the archive's path (read-only, with its own in-process
+read state, as ``ebb serve`` opens it), so a read never benefits from what the writer's update
+prepared in its ``Archive`` (the run set of the new version): the first probe after an update
+prepares it, as a server's would. Only the LMDB environment is shared, as it must be within a
+process (storage/lmdb_env.py). ``ReadStats`` count the sub-indices, blocks and bytes a read
+planned; reads also report the archive's target block size (``block_bytes``, which depends on
+the mode); after each update the largest and mean number of records per sub-index are read from
+the committed state. ``close`` closes the reader (its archive and the run files it holds open)
+and then the writer's ``Archive``, which closes the LMDB environment and its run files.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from ..query.reader import ReadStats
@@ -56,14 +61,16 @@ class EbbStore(Store):
         from ..storage.archive import Archive
         from ..storage.maintenance import run_block_bytes
 
+        # the writer first: LMDB allows one environment per process, opened by whoever comes first,
+        # and a read-only one would refuse the updates
         self.archive = Archive(self.path)
-        self.reader = ArchiveReader(self.archive)
+        self.reader = ArchiveReader(self.path)  # Archive(path, readonly=True): its own read state
         self.reader.prepare_probes()  # as a probe-serving process does; RocksDB's open reads its index blocks
         self.block_bytes = run_block_bytes(self.archive.config)
 
     def close(self) -> None:
         if self.reader is not None:
-            self.reader.close()
+            self.reader.close()  # its own archive: the run files it opened, one reference to LMDB
             self.reader = None
         if self.archive is not None:
             self.archive.close()  # the LMDB environment (its memory map) and the open run files
@@ -95,6 +102,13 @@ class EbbStore(Store):
     def probe(self, key: int, at: int) -> ReadResult:
         self._reset_stats()
         t = self.reader.probe(key, as_of=at)
+        return ReadResult.of_table(t, self._stats())
+
+    def probe_many(self, keys: np.ndarray | pa.Array, at: int) -> ReadResult:
+        """``ArchiveReader.probe_many``: one call for every key, each block read once for all the
+        keys it holds. ``keys`` may also be an Arrow array of the archive's key type (string keys)."""
+        self._reset_stats()
+        t = self.reader.probe_many(keys, as_of=at)
         return ReadResult.of_table(t, self._stats())
 
     def scan(self, at: int) -> ReadResult:

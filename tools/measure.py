@@ -1,6 +1,14 @@
 """Measuring one operation: wall time, kernel I/O counters, peak anonymous memory, cold caches,
 disk limits.
 
+- Two ways to time: ``measure`` runs an operation inside the harness (garbage collected and
+  allocators trimmed just before, a memory-sampling thread running beside), which costs about
+  0.1 ms of its own in the timed span and evicts CPU caches: nothing next to an update or a scan
+  (tens of milliseconds to seconds) or a cold probe (milliseconds of disk reads), but as much as a
+  warm probe itself. ``measure_short`` is for such sub-millisecond, read-only operations: the
+  time is of one plain ``time.perf_counter()`` around the call alone, and the I/O and memory
+  come from a second run of the same call through ``measure``.
+
 - I/O: ``/proc/self/io`` (``read_bytes``/``write_bytes``: what reached or came from the block
   layer, summed over every thread of the process, so background threads of RocksDB and DuckDB
   count; ``rchar``/``wchar``: bytes passed through read/write system calls).
@@ -29,7 +37,7 @@ import mmap
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, TypeVar
 
 from ..storage.iostats import proc_io  # the same counters ebb's update records use
@@ -131,7 +139,15 @@ class Sample:
 
 def measure(fn: Callable[[], T]) -> tuple[T, Sample]:
     """Runs ``fn`` once and returns its result with the wall time, I/O and peak anonymous memory
-    it took."""
+    it took.
+
+    The harness's own cost lands partly in the timed span: the garbage collection and allocator
+    trim just before it leave the CPU caches cold, and the sampler thread wakes every
+    ``ANON_SAMPLE_S`` to read /proc/self/status, beside the operation (on a 2-core machine it
+    competes with it). That is about 0.08-0.1 ms per operation, which does not matter for what
+    this is used on: updates and scans take tens of milliseconds (the quick workload) to seconds,
+    and their peak memory is what needs the sampler. Time sub-millisecond reads with
+    ``measure_short`` instead."""
     release_unused_memory()
     io0 = proc_io()
     with AnonPeak() as anon:
@@ -148,6 +164,25 @@ def measure(fn: Callable[[], T]) -> tuple[T, Sample]:
         peak_anon_bytes=anon.peak,
         base_anon_bytes=anon.base,
     )
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    """``fn()`` and its wall time in seconds, from ``time.perf_counter()`` around the call alone
+    (no garbage collection before, no sampler beside)."""
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def measure_short(fn: Callable[[], T]) -> tuple[T, Sample]:
+    """For a sub-millisecond, read-only operation (a warm probe): runs ``fn`` timed alone
+    (``timed``), then once more through ``measure`` for the I/O and peak memory, which a read
+    that changes nothing repeats alike (but for disk reads: the second run finds in the page
+    cache what the first brought there, and a warm read should read nothing from disk). Returns the first run's result, and the second run's
+    sample with the first run's wall time."""
+    out, wall = timed(fn)
+    _, s = measure(fn)
+    return out, replace(s, wall_s=wall)
 
 
 def open_handles(path: str) -> list[str]:

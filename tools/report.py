@@ -7,11 +7,16 @@ summaries (``tools.acceptance`` computes the headline figures and targets). A st
 (``STUDIES``: periodic) asks one question of ebb's layouts and gets only its own section, with a
 conclusion computed from its summary.
 
-``publish`` copies a run's summary (summary-WORKLOAD.csv) and machine description
-(machine-WORKLOAD.json) into docs/benchmarks/, redraws that workload's figures there (from the
-summaries; periodic's from the run's ops.csv), and rewrites docs/benchmarks.md from every
-workload summarised in docs/benchmarks/, so running the workloads one at a time builds up the
-whole document.
+Each workload's table has the library-level probe latency of every store (p50 and p99 of
+``run_config.LATENCY_PROBES`` probes each timed alone, from the run's ``probe_latency`` rows,
+which ``with_latency`` adds to a summary as ``probe_p50_s``, ``probe_p99_s`` and
+``probe_latency_mean_s``), and a short section compares each store's with SQLite's.
+
+``publish`` copies a run's summary (summary-WORKLOAD.csv, with the latency columns added) and
+machine description (machine-WORKLOAD.json) into docs/benchmarks/, redraws that workload's
+figures there (from the summaries; periodic's from the run's ops.csv), and rewrites
+docs/benchmarks.md from every workload summarised in docs/benchmarks/, so running the workloads
+one at a time builds up the whole document.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ def publish(plan: Plan, summary: pd.DataFrame, docs: Path) -> Path:
     """Copies the run into docs/benchmarks/ and rewrites docs/benchmarks.md; returns its path."""
     figdir = docs / "benchmarks"
     figdir.mkdir(parents=True, exist_ok=True)
+    summary = with_latency(summary, load_ops(plan.out))
     summary.to_csv(figdir / f"summary-{plan.workload}.csv", index=False, float_format="%.6g")
     mach = read_machine(plan.out)
     (figdir / f"machine-{plan.workload}.json").write_text(json.dumps(mach, indent=2))
@@ -55,6 +61,24 @@ def publish(plan: Plan, summary: pd.DataFrame, docs: Path) -> Path:
     path = docs / "benchmarks.md"
     path.write_text(render(summaries, machines, figdir))
     return path
+
+
+LATENCY_COLUMNS = ("probe_p50_s", "probe_p99_s", "probe_latency_mean_s", "latency_probes")
+
+
+def with_latency(summary: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with each configuration's library-level probe latency from its ``probe_latency``
+    row in ``ops`` (LATENCY_COLUMNS; NaN where a run has none, as runs before it had)."""
+    out = summary.drop(columns=[c for c in LATENCY_COLUMNS if c in summary.columns])
+    lat = ops[ops.op == "probe_latency"] if not ops.empty and "op" in ops.columns else pd.DataFrame()
+    if lat.empty or "p50_s" not in lat.columns:
+        return out.assign(**{c: np.nan for c in LATENCY_COLUMNS})
+    lat = lat.groupby("config").last().reset_index()
+    lat = pd.DataFrame({"config": lat.config, "probe_p50_s": pd.to_numeric(lat.p50_s, errors="coerce"),
+                        "probe_p99_s": pd.to_numeric(lat.p99_s, errors="coerce"),
+                        "probe_latency_mean_s": pd.to_numeric(lat.wall_s, errors="coerce"),
+                        "latency_probes": pd.to_numeric(lat.probes, errors="coerce")})
+    return out.merge(lat, on="config", how="left")
 
 
 def load_published(figdir: Path) -> tuple[dict[str, pd.DataFrame], dict[str, dict]]:
@@ -94,6 +118,17 @@ def _val(s: pd.DataFrame, config: str, col: str) -> float:
 
 def _ratio(a: float, b: float) -> float:
     return a / b if math.isfinite(a) and math.isfinite(b) and b else float("nan")
+
+
+def _us(x: float) -> str:
+    """Seconds as microseconds, for a probe's latency."""
+    return "-" if x is None or not math.isfinite(x) else _f(x * 1e6)
+
+
+def _col(r: pd.Series, col: str) -> float:
+    """A summary row's value, NaN where the summary lacks the column (older summaries)."""
+    v = r.get(col, np.nan)
+    return float(v) if pd.notna(v) else float("nan")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -228,16 +263,41 @@ def _machine_section(machines: dict[str, dict]) -> str:
 
 
 def _workload_table(s: pd.DataFrame) -> str:
-    headers = ["config", "update s", "cold", "probe s", "cold", "scan s", "cold", "sub-idx/update", "write amp",
-               "space amp", "scan read amp (cold)", "cold probe read / allowance", "disk MB", "peak anon MB update",
-               "peak anon MB scan", "answers"]
+    headers = ["config", "update s", "cold", "probe s", "cold", "probe p50 µs", "probe p99 µs", "scan s", "cold",
+               "sub-idx/update", "write amp", "space amp", "scan read amp (cold)", "cold probe read / allowance",
+               "disk MB", "peak anon MB update", "peak anon MB scan", "answers"]
     rows = []
     for _, r in s.iterrows():
-        rows.append([r.config, _f(r.update_s), _f(r.update_cold_s), _f(r.probe_s), _f(r.probe_cold_s), _f(r.scan_s),
+        rows.append([r.config, _f(r.update_s), _f(r.update_cold_s), _f(r.probe_s), _f(r.probe_cold_s),
+                     _us(_col(r, "probe_p50_s")), _us(_col(r, "probe_p99_s")), _f(r.scan_s),
                      _f(r.scan_cold_s), _f(r.update_subindices) if r.family != "peer" else "-", _f(r.write_amp_os),
                      _f(r.space_amp), _f(r.scan_read_amp_cold), _f(r.probe_cold_read_vs_allowance), _mb(r.disk_bytes),
                      _mb(r.peak_anon_update), _mb(r.peak_anon_scan), "ok" if bool(r.correct) else "WRONG"])
     return _table(headers, rows)
+
+
+def _latency_section(s: pd.DataFrame) -> str:
+    """Each store's library-level probe latency (p50, p99, mean) and its ratio to SQLite's; empty
+    if the summary has none."""
+    if "probe_p50_s" not in s.columns or not s.probe_p50_s.notna().any():
+        return ""
+    lat = s[s.probe_p50_s.notna()]
+    base = lat[lat.config == "sqlite"]
+    b50, b99 = (float(base[c].iloc[0]) if len(base) else float("nan") for c in ("probe_p50_s", "probe_p99_s"))
+    rows = [[r.config, f"{int(_col(r, 'latency_probes')):,}" if math.isfinite(_col(r, "latency_probes")) else "-",
+             _us(r.probe_p50_s), _us(r.probe_p99_s), _us(_col(r, "probe_latency_mean_s")),
+             _f(_ratio(r.probe_p50_s, b50)), _f(_ratio(r.probe_p99_s, b99))] for _, r in lat.iterrows()]
+    from .run_config import LATENCY_BUDGET_S, LATENCY_MIN_PROBES, LATENCY_PROBES
+
+    text = ("### Library-level probe latency\n\n"
+            f"After the last update, {LATENCY_PROBES:,} probes of random keys (the same keys for every store; a store "
+            f"whose probes took over {LATENCY_BUDGET_S:.0f} s in all stopped after the first {LATENCY_MIN_PROBES:,} or "
+            "more), each timed alone by "
+            "`time.perf_counter()` around the store's probe call (no harness around it), every answer consumed; ebb "
+            "reads through an `ArchiveReader` opened from the archive's path, not sharing the writer's in-process "
+            "state. Microseconds; the ratios are the store's over SQLite's (below 1 = faster than SQLite)"
+            + ("" if len(base) else "; SQLite was not run") + ".\n\n")
+    return text + _table(["config", "probes", "p50 µs", "p99 µs", "mean µs", "p50 / sqlite", "p99 / sqlite"], rows) + "\n"
 
 
 def _figure(figdir: Path, name: str, caption: str) -> str:
@@ -658,19 +718,27 @@ PROTOCOL = """## Protocol
   blocks). Each configuration runs in its own process.
 - **Statistic**: times are medians over the periodic updates of a run (means are in the summary CSVs as
   `*_mean_s`); the median is robust to bursts of CPU use by other jobs. Peak anonymous memory is the
-  largest over the updates (or scans) of a run. Every store is timed inside the same harness (garbage
-  collected and allocators trimmed just before, the memory sampler thread running beside), which adds
-  about 0.08-0.1 ms even to the shortest operation: timed by hand on a many-keys store (the probe path of 3b998e1),
-  a SQLite or LMDB probe took about 10 us alone and about 0.09 ms in the harness, and ebb's Rebuild2x2
-  probe 0.26 ms and 0.53 ms. Probe ratios near 0.1 ms therefore understate how much faster those peers'
-  probes are than ebb's. Opening a store is never timed: a cold probe starts after the store's open,
+  largest over the updates (or scans) of a run. Updates, scans and cold probes are timed inside the
+  harness (garbage collected and allocators trimmed just before, the memory sampler thread running
+  beside), which adds about 0.08-0.1 ms to an operation: nothing next to an update or a scan, a few
+  percent of a cold probe. A warm probe is timed alone, by `time.perf_counter()` around the store's
+  probe call, and then run again inside the harness for its I/O and memory (a probe changes nothing,
+  so repeating it is harmless); before that change the harness's overhead was most of a SQLite or LMDB
+  probe (about 10 us alone, 0.09 ms in the harness, on a many-keys store). After the last update
+  every store also answers 2,000 probes of random keys (the same keys for every store), each timed
+  alone, whose median and 99th percentile are the "probe p50/p99 µs" columns (library-level probe
+  latency). ebb's store reads through an `ArchiveReader` opened from the archive's path, with its own
+  in-process read state, as `ebb serve` does: an update does not prepare the reader's view of the
+  version it commits, so the first probe after it does that work itself. Opening a store is never
+  timed: a cold probe starts after the store's open,
   during which RocksDB loads its tables' index and filter blocks and ebb's store, like any process that
   serves probes (the Flight server), calls `ArchiveReader.prepare_probes` (since the native point probe):
   it reads the block directory and page sums of every run of the current version (within the 4 MiB
   metadata cache) and one page of each run file, so that the file system knows where the file's blocks
   lie; so neither's cold probe pays for that metadata. ebb's probe result, an Arrow table, has its `seq`
   summed as Python ints, as SQLite's rows are (pyarrow's and numpy's reductions cost tens of
-  microseconds a call right after an update).
+  microseconds a call right after an update). `python -m ebb.tools.library_bench` compares the stores
+  at the library level alone (build, then probes, batches of probes and scans from a fresh process).
 - **Amplification**: write amplification = bytes written to disk during updates / bytes of new records;
   read amplification = bytes read from disk by a cold scan or probe / bytes of records it returned; space
   amplification = size on disk after the last update / bytes of live records. A cold probe's allowance
@@ -775,6 +843,8 @@ def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir
         parts.append(f"{WORKLOADS[w].description}. Times are medians over the updates, in seconds; 'cold' columns are "
                      "the cold-cache slots; peak anonymous memory is the largest over the run's updates and scans.\n")
         parts.append(_workload_table(s) + "\n")
+        if w not in STUDIES:
+            parts.append(_latency_section(s))
         if w == "periodic":
             parts.append("### Does random allocation help?\n")
             parts.append(claim_periodic(s))

@@ -16,6 +16,18 @@ it says even after a cold update). After each update,
 untimed, the row also gets the largest and mean sub-index size (ebb only). Before each cache
 drop the store is closed and the run stops with an error if any file under its directory is
 still open or mapped, since such pages would survive the drop and make "cold" partly warm.
+
+Timing (tools/measure.py): updates, scans and cold probes run inside ``measure`` (its overhead,
+about 0.1 ms, is small against them); a warm probe is timed alone by ``time.perf_counter`` and
+repeated through ``measure`` for its I/O and memory (``measure_short``). After the last update,
+``LATENCY_PROBES`` probes of random keys (``Workload.random_keys``, the same for every store; at
+least ``LATENCY_MIN_PROBES`` of them if they take over ``LATENCY_BUDGET_S`` in all), each timed
+alone, give one ``probe_latency`` row (not in the progress count): ``probes`` is how many,
+``wall_s`` their mean time, ``p50_s`` and ``p99_s`` their median and 99th percentile,
+``rows``/``seq_sum`` the totals of their answers, and the I/O and memory columns those of the
+first ``LATENCY_MEASURED_PROBES`` of them run again through ``measure``. ebb's store
+reads through an ``ArchiveReader`` of its own (tools/ebb_store.py), so no probe benefits from
+what the writer's update prepared in-process.
 """
 
 from __future__ import annotations
@@ -27,19 +39,29 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from .configs import Config, parse
-from .measure import Sample, dir_size_bytes, drop_caches, measure, open_handles
+from .measure import Sample, dir_size_bytes, drop_caches, measure, measure_short, open_handles
 from .store import ReadResult, Store
 from .workloads import WORKLOADS, Workload
 
 HANDLE_GRACE_S = 5.0
+LATENCY_PROBES = 2000  # plain-timed probes after the last update: p50 and p99
+# ... but a store whose probes take longer than this in all (Parquet, which reads every file's
+# footer and key column per probe: 70 ms each in the quick workload) stops after at least
+LATENCY_BUDGET_S = 60.0
+LATENCY_MIN_PROBES = 1000  # (issue 25: p50 and p99 over at least 1,000 probes)
+LATENCY_MEASURED_PROBES = 200  # of them repeated through ``measure`` for the row's I/O and memory
+LATENCY_STREAM = 0x1A7  # Workload.random_keys stream of those probes' keys
 
 # per-operation counts a store or the runner supplies; empty where a store has none
 EXTRA_COLUMNS = (
     "rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices", "blocks_read", "blocks_written",
     "block_bytes", "store_bytes_read", "store_bytes_written", "subidx_max_rows", "subidx_mean_rows",
+    "probes", "p50_s", "p99_s",  # a probe_latency row: its probe count, median and 99th percentile
 )
 COLUMNS = [
     "workload", "config", "family", "technique", "mode", "n", "G", "E", "op", "slot", "cache",
@@ -87,7 +109,10 @@ class Recorder:
         if new:
             self.w.writeheader()
 
-    def row(self, op: str, slot: int, cache: str, s: Sample, extra: dict, disk: int | None = None) -> None:
+    def row(self, op: str, slot: int, cache: str, s: Sample, extra: dict, disk: int | None = None,
+            progress: bool = True) -> None:
+        """Appends one row; ``progress``: also an ``op`` line for the parent's progress bar (whose
+        total counts the plan's operations, ``Plan.ops_per_config``)."""
         c = self.config
         r = {"workload": self.workload.name, "config": c.name, "family": c.family, "technique": c.technique,
              "mode": c.mode, "n": c.n, "G": c.G, "E": c.E, "op": op, "slot": slot, "cache": cache}
@@ -96,7 +121,8 @@ class Recorder:
         r["disk_bytes"] = "" if disk is None else disk
         self.w.writerow(r)
         self.f.flush()
-        print(f"op {op} {slot} {cache}", flush=True)
+        if progress:
+            print(f"op {op} {slot} {cache}", flush=True)
 
     def close(self) -> None:
         self.f.close()
@@ -108,6 +134,45 @@ def _read_extra(res: ReadResult, w: Workload, key: int | None = None) -> dict:
         d["probe_key"] = key
     d.update(res.extra)
     return d
+
+
+def time_probes(store: Store, keys: list, at: int, budget_s: float | None = None,
+                min_probes: int = 0) -> tuple[np.ndarray, int, int]:
+    """Probes each key of ``keys`` as of ``at``, each call timed alone by ``time.perf_counter``
+    (nothing else inside the timed span) and its answer consumed (rows counted, ``seq`` summed by
+    the store). With ``budget_s``, stops early once at least ``min_probes`` are done and the probes
+    have taken longer than that in all. Returns the times in seconds of the probes done, and
+    their total rows and ``seq`` sum."""
+    times = np.empty(len(keys))
+    rows = seq = 0
+    spent = 0.0
+    clock = time.perf_counter
+    for i, key in enumerate(keys):
+        if budget_s is not None and i >= min_probes and spent > budget_s:
+            return times[:i], rows, seq
+        t0 = clock()
+        res = store.probe(key, at)
+        times[i] = dt = clock() - t0
+        spent += dt
+        rows += res.rows
+        seq += res.seq_sum
+    return times, rows, seq
+
+
+def probe_latency(store: Store, w: Workload, at: int, n: int = LATENCY_PROBES) -> tuple[dict, Sample]:
+    """``n`` probes of random keys as of ``at``, each timed alone (``time_probes``), fewer (at least
+    LATENCY_MIN_PROBES) if they take longer than LATENCY_BUDGET_S in all; then the first
+    LATENCY_MEASURED_PROBES of them again through ``measure`` for their I/O and peak memory.
+    Returns the extra columns of the ``probe_latency`` row (``rows`` and ``seq_sum`` are the totals
+    of the timed probes) and that sample, with ``wall_s`` the mean time of one timed probe."""
+    keys = w.random_keys(n, LATENCY_STREAM).tolist()
+    times, rows, seq = time_probes(store, keys, at, LATENCY_BUDGET_S, min(n, LATENCY_MIN_PROBES))
+    again = keys[:min(len(times), LATENCY_MEASURED_PROBES)]
+    _, s = measure(lambda: time_probes(store, again, at))
+    p50, p99 = np.percentile(times, [50, 99])
+    extra = {"probes": len(times), "p50_s": round(float(p50), 9), "p99_s": round(float(p99), 9), "rows": rows,
+             "seq_sum": seq, "data_bytes": rows * w.record_bytes}
+    return extra, replace(s, wall_s=float(times.mean()))
 
 
 def go_cold(store: Store, store_dir: str) -> None:
@@ -129,7 +194,7 @@ def go_cold(store: Store, store_dir: str) -> None:
 def _load(store: Store, rec: Recorder, job: Job, w: Workload, op: str, j: int, cold: bool) -> None:
     """Loads slot ``j``'s batch (the bulk for j = 0), measured, and records its row."""
     batch = w.bulk() if j == 0 else w.batch(j)
-    counts, s = measure(lambda: store.load(batch, w.time_of(j)))
+    counts, s = measure(lambda b=batch: store.load(b, w.time_of(j)))
     new_bytes = batch.num_rows * w.record_bytes
     del batch
     extra = {"rows": counts.get("inserted", 0), "data_bytes": new_bytes, **counts, **store.subindex_balance()}
@@ -175,17 +240,22 @@ def run(job: Job, job_file: str) -> None:
             key = w.probe_key(j)
             if j in job.cold_read_slots:  # cold reads first: the cold scan leaves the cache warm again
                 go_cold(store, job.store_dir)
+                # in the harness: its ~0.1 ms (gc and trim before, the sampler beside) is a few
+                # percent of a cold probe, which waits for milliseconds of disk reads, and the CPU
+                # caches the trim evicts are cold anyway after the store was just reopened
                 res, s = measure(lambda: store.probe(key, at))
                 rec.row("probe", j, "cold", s, _read_extra(res, w, key))
                 if j in job.scan_slots:
                     go_cold(store, job.store_dir)
                     res, s = measure(lambda: store.scan(at))
                     rec.row("scan", j, "cold", s, _read_extra(res, w))
-            res, s = measure(lambda: store.probe(key, at))
+            res, s = measure_short(lambda: store.probe(key, at))  # timed alone, memory from a repeat
             rec.row("probe", j, "warm", s, _read_extra(res, w, key))
             if j in job.scan_slots:
                 res, s = measure(lambda: store.scan(at))
                 rec.row("scan", j, "warm", s, _read_extra(res, w))
+        extra, s = probe_latency(store, w, w.time_of(w.updates))
+        rec.row("probe_latency", w.updates, "warm", s, extra, progress=False)  # not one of the plan's operations
     finally:
         store.close()
         rec.close()

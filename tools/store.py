@@ -2,7 +2,8 @@
 
 A store lives in one directory and is driven through the same schedule: ``create``, one
 ``load`` per update (the bulk load at tau first), and ``probe``/``scan`` after each update, all
-"as of" the time of the last update. ``close`` must release every file handle and memory map so
+"as of" the time of the last update; ``probe_many`` looks up a batch of keys at once
+(tools/library_bench.py). ``close`` must release every file handle and memory map so
 that a cold-cache measurement (drop caches, ``open``, operate) really reads from disk.
 """
 
@@ -12,6 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
+import numpy as np
 
 from ..storage.arrow_np import to_np
 from .workloads import Workload
@@ -77,6 +80,17 @@ class Store(ABC):
     @abstractmethod
     def probe(self, key: int, at: int) -> ReadResult:
         """Records with this key valid at ``at`` (ts <= at < exp)."""
+
+    def probe_many(self, keys: np.ndarray, at: int) -> ReadResult:
+        """Records of every key of ``keys`` (unique int64 keys, in any order) valid at ``at``, as
+        one result: the same rows as ``probe`` of each key. This default probes them one at a
+        time; a store with a batch lookup of its own overrides it."""
+        rows = seq = 0
+        for key in keys.tolist():
+            r = self.probe(key, at)
+            rows += r.rows
+            seq += r.seq_sum
+        return ReadResult(rows, seq)
 
     @abstractmethod
     def scan(self, at: int) -> ReadResult:

@@ -20,6 +20,7 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 FIXED_COLUMNS_BYTES = 32  # key, ts, exp, seq: four int64
 CHUNK_BYTES = 1 << 30  # payload bytes per Arrow chunk (binary offsets are 32-bit)
@@ -80,6 +81,15 @@ class Workload:
 
     def with_updates(self, updates: int) -> "Workload":
         return replace(self, updates=updates)
+
+    def scaled(self, factor: float) -> "Workload":
+        """The same workload with ``factor`` times the records per update and the keys (so a probe
+        still returns as many records), for a quick check of a benchmark; at least 10 records per
+        update and 100 keys."""
+        if factor == 1.0:
+            return self
+        return replace(self, per_slot=max(10, int(round(self.per_slot * factor))),
+                       keys=max(100, int(round(self.keys * factor))))
 
     # -- data ------------------------------------------------------------------------------
     def rate_factors(self) -> np.ndarray:
@@ -171,6 +181,18 @@ class Workload:
         """The random key probed after update j (the same for every store)."""
         return int(np.random.default_rng([self.seed, j, 0x9B]).integers(0, self.keys))
 
+    def random_keys(self, n: int, stream: int = 0, unique: bool = False) -> np.ndarray:
+        """``n`` keys drawn uniformly from the key space [0, keys) as int64, deterministically: the
+        generator is seeded by the workload's seed and ``stream`` alone, so every store, in every
+        process, gets the same keys, and another ``stream`` gives an independent draw. With
+        ``unique``, no key repeats (``n`` at most ``keys``), in random order."""
+        rng = np.random.default_rng([self.seed, 0x1A7E, stream])
+        if not unique:
+            return rng.integers(0, self.keys, n, dtype=np.int64)
+        if n > self.keys:
+            raise ValueError(f"{n} unique keys asked of a workload with {self.keys} keys")
+        return rng.choice(self.keys, size=n, replace=False).astype(np.int64)
+
     def generated(self) -> dict[str, np.ndarray]:
         """key, ts, exp and seq of every record generated in slots 1-p .. updates, without the
         payload (including records expired before their load: callers select by time)."""
@@ -197,6 +219,33 @@ class Workload:
         yield 0, 0, self.bulk()
         for j in range(1, self.updates + 1):
             yield j, self.time_of(j), self.batch(j)
+
+
+STRING_KEY_PREFIX = "sensor-"
+
+
+def key_digits(keys: int) -> int:
+    """Digits of a string key (``string_keys``) in a key space of ``keys`` keys: at least 7."""
+    return max(7, len(str(max(keys - 1, 0))))
+
+
+def string_keys(keys, digits: int = 7) -> pa.Array:
+    """Integer keys as strings ``sensor-0000042``, zero-padded to ``digits`` digits so that string
+    order is numeric order, converted by Arrow's kernels (no Python per key). ``keys``: a numpy
+    array or an Arrow (chunked) array of int64."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    elif not isinstance(keys, pa.Array):
+        keys = pa.array(np.asarray(keys, dtype=np.int64))
+    digits_ = pc.utf8_lpad(pc.cast(keys, pa.string()), digits, "0")
+    return pc.binary_join_element_wise(STRING_KEY_PREFIX, digits_, "")
+
+
+def with_string_keys(table: pa.Table, digits: int = 7) -> pa.Table:
+    """``table`` with its int64 ``key`` column replaced by ``string_keys`` (the other columns as
+    they are): the same records keyed by strings."""
+    i = table.schema.get_field_index("key")
+    return table.set_column(i, pa.field("key", pa.string(), nullable=False), string_keys(table.column("key"), digits))
 
 
 def _per_slot(live_bytes: float, record_bytes: int, p: int = 36) -> int:
@@ -237,6 +286,13 @@ WORKLOADS: dict[str, Workload] = {
     "many-keys": Workload(
         "many-keys", record_bytes=200, keys=1_000_000, per_slot=_per_slot(500 * MB, 200), updates=36,
         description="1,000,000 uniform keys, 200-byte records, about 500 MB live"),
+    # tools/library_bench.py: many-keys' records at 180 MB live (Delta = 48,649 records per update,
+    # about 900,000 live), a bulk load then 8 updates; every store is built once and then probed
+    # from a fresh process (warm and cold latency, a batch of keys, full scans)
+    "library": Workload(
+        "library", record_bytes=200, keys=1_000_000, per_slot=_per_slot(180 * MB, 200), updates=8,
+        description="library-level comparison (tools/library_bench.py): 1,000,000 uniform keys, 200-byte records, "
+        "about 180 MB live (900,000 records), a bulk load then 8 updates"),
     "quick": Workload(
         "quick", record_bytes=200, keys=50, per_slot=400, updates=4,
         description="CI smoke test: 200-byte records, 50 keys, about 1.5 MB live, 4 updates"),

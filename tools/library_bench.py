@@ -1,0 +1,526 @@
+"""Library-level comparison of ebb with the stores a user would otherwise pick (issue 25): every
+store side by side in one run, every figure from plain timed calls of the store's public API
+(``time.perf_counter()`` around the call alone: no garbage collection before it, no sampler
+thread beside it, unlike ``ebb bench``'s per-operation harness).
+
+Workload ``library`` (tools/workloads.py): many-keys' records, 1,000,000 uniform int64 keys and
+200-byte records, at about 180 MB live (900,000 records), a bulk load then 8 updates.
+``--scale`` shrinks the records per update and the keys alike, for a quick check.
+
+Stores (``--stores``, any names tools/configs.parse accepts; default Rebuild2x2, NoRebuild4x4,
+sqlite, rocksdb, lmdb), plus with ``--string-keys`` (the default) a string-key variant of each
+ebb layout (``LAYOUT-str``): the same records with the key ``sensor-0000000``..``sensor-0999999``
+(converted with Arrow's kernels before the timed load), probed with the same key numbers as
+strings. Each store runs in processes of its own:
+
+1. build: creates the store, bulk-loads it, then runs the 8 updates, each timed by
+   ``perf_counter`` around ``Store.load`` alone (the batch is generated before): the median.
+2. read, in a new process that opens the store fresh (ebb: an ``ArchiveReader`` of its own
+   opened from the path, which never saw the writer): 200 warm-up probes; 2,000 probes of random
+   keys, each timed alone, every answer consumed (rows counted, ``seq`` summed) -> p50, p99,
+   mean; one batch of 10,000 unique random keys through ``Store.probe_many`` (the fastest of 3
+   runs of it) -> total and per key, then the same keys one ``probe`` at a time (the check that
+   the batch answers alike, and its time); a full scan (the fastest of 3); then ``--cold`` times
+   (default 20): close the store, check nothing under it is still open or mapped, drop the page
+   cache (root only; skipped with a note otherwise), reopen it (untimed, as a serving process
+   opens once: ebb reads its runs' block directories there, RocksDB its index and filter blocks)
+   and time one probe of a fresh random key -> p50.
+
+Keys are drawn by ``Workload.random_keys`` with fixed streams, so every store probes the same keys;
+every answer is checked against a brute-force oracle computed from the generated records, and
+the stores against each other. Output: a markdown table on stdout and in ``--out``/library.md,
+everything in ``--out``/library.json (per store: update median, warm probe p50/p99/mean, cold
+p50, batch per key and its speedup over the same store's single-probe mean, scan; and the ratios
+the issue's acceptance asks for), with the machine (tools/machine.py) and the commit. Progress
+goes to stderr. The stores live under ``--dir`` (default a new directory under /tmp) and are
+removed at the end unless ``--keep``.
+
+Run: ``python -m ebb.tools.library_bench`` (``--help`` for the options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+WORKLOAD = "library"
+DEFAULT_STORES = "Rebuild2x2,NoRebuild4x4,sqlite,rocksdb,lmdb"
+WARMUP_PROBES, PROBES, BATCH_KEYS, BATCH_RUNS, SCAN_RUNS, COLD_PROBES = 200, 2000, 10_000, 3, 3, 20
+# Workload.random_keys streams: independent draws, the same for every store
+WARMUP_STREAM, PROBE_STREAM, BATCH_STREAM, COLD_STREAM = 0x25A, 0x25B, 0x25C, 0x25D
+STRING_SUFFIX = "-str"
+
+
+@dataclass
+class Job:
+    """What one child process does (JSON between the parent and the child)."""
+
+    label: str  # the store as reported: a configuration name, or LAYOUT-str
+    config: str  # tools/configs name
+    string_keys: bool
+    scale: float
+    path: str
+    result: str  # where the child writes its JSON
+    warmup: int = WARMUP_PROBES
+    probes: int = PROBES
+    batch: int = BATCH_KEYS
+    cold: int = COLD_PROBES
+
+    def workload(self):
+        from .workloads import WORKLOADS
+
+        return WORKLOADS[WORKLOAD].scaled(self.scale)
+
+
+def _log(msg: str) -> None:
+    print(f"library_bench: {msg}", file=sys.stderr, flush=True)
+
+
+# -- the stores and their keys ---------------------------------------------------------------------
+def entries(stores: list[str], string_keys: bool) -> list[tuple[str, str, bool]]:
+    """(label, configuration, string keys) of every store to run: each of ``stores``, and after
+    them a string-key variant of each ebb layout."""
+    from .configs import parse
+
+    out = [(name, name, False) for name in stores]
+    if string_keys:
+        out += [(name + STRING_SUFFIX, name, True) for name in stores if parse(name).family != "peer"]
+    return out
+
+
+def _store(job: Job):
+    from .configs import parse
+    from .run_config import make_store
+
+    config = parse(job.config)
+    if job.string_keys and config.family == "peer":
+        raise ValueError(f"{job.config}: string keys are run for ebb layouts only")
+    return make_store(config, job.path, job.workload())
+
+
+class Keys:
+    """A store's probe arguments for key numbers: the int64 keys themselves, or (string-key
+    stores) their strings, converted before any timing."""
+
+    def __init__(self, job: Job):
+        from .workloads import key_digits
+
+        self.strings = job.string_keys
+        self.digits = key_digits(job.workload().keys)
+
+    def single(self, keys):
+        """Arguments of ``Store.probe``, one per key."""
+        from .workloads import string_keys
+
+        return string_keys(keys, self.digits).to_pylist() if self.strings else keys.tolist()
+
+    def batch(self, keys):
+        """The argument of ``Store.probe_many``."""
+        from .workloads import string_keys
+
+        return string_keys(keys, self.digits) if self.strings else keys
+
+    def table(self, table):
+        from .workloads import with_string_keys
+
+        return with_string_keys(table, self.digits) if self.strings else table
+
+
+# -- the child processes ---------------------------------------------------------------------------
+def build(job: Job) -> dict:
+    """Creates the store, bulk-loads it and runs the updates, each timed alone."""
+    import numpy as np
+
+    from .measure import dir_size_bytes
+
+    w = job.workload()
+    keys = Keys(job)
+    if os.path.exists(job.path):
+        shutil.rmtree(job.path)
+    os.makedirs(job.path)
+    store = _store(job)
+    store.create()
+    try:
+        bulk = keys.table(w.bulk())
+        t0 = time.perf_counter()
+        store.load(bulk, 0)
+        bulk_s = time.perf_counter() - t0
+        _log(f"{job.label}: bulk load of {bulk.num_rows:,} records {bulk_s:.2f} s")
+        del bulk
+        update_s = []
+        for j in range(1, w.updates + 1):
+            batch = keys.table(w.batch(j))
+            t0 = time.perf_counter()
+            store.load(batch, w.time_of(j))
+            update_s.append(time.perf_counter() - t0)
+            _log(f"{job.label}: update {j}/{w.updates} of {batch.num_rows:,} records {update_s[-1]:.3f} s")
+    finally:
+        store.close()
+    return {"bulk_s": bulk_s, "update_s": update_s, "update_median_s": float(np.median(update_s)),
+            "disk_bytes": dir_size_bytes(job.path)}
+
+
+def _pct(times, q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(times, q)) if len(times) else float("nan")
+
+
+def read(job: Job) -> dict:
+    """Opens the built store fresh and measures its reads (module docstring, step 2)."""
+    import gc
+
+
+    from .measure import cold_cache_problem
+    from .run_config import go_cold, time_probes
+
+    w = job.workload()
+    at = w.time_of(w.updates)
+    keys = Keys(job)
+    store = _store(job)
+    t0 = time.perf_counter()
+    store.open()
+    out: dict = {"open_s": time.perf_counter() - t0}
+    try:
+        warm = keys.single(w.random_keys(job.warmup, WARMUP_STREAM))
+        for k in warm:
+            store.probe(k, at)
+        gc.collect()  # not the build's or the warm-up's garbage in the timed probes
+        times, rows, seq = time_probes(store, keys.single(w.random_keys(job.probes, PROBE_STREAM)), at)
+        out.update(probes=len(times), probe_p50_s=_pct(times, 50), probe_p99_s=_pct(times, 99),
+                   probe_mean_s=float(times.mean()), probe_max_s=float(times.max()), probe_rows=rows, probe_seq_sum=seq)
+        _log(f"{job.label}: {len(times)} probes: p50 {out['probe_p50_s'] * 1e6:.1f} us, "
+             f"p99 {out['probe_p99_s'] * 1e6:.1f} us, mean {out['probe_mean_s'] * 1e6:.1f} us")
+
+        bkeys = w.random_keys(job.batch, BATCH_STREAM, unique=True)
+        arg = keys.batch(bkeys)
+        runs, answers = [], set()
+        for _ in range(BATCH_RUNS):
+            t0 = time.perf_counter()
+            res = store.probe_many(arg, at)
+            runs.append(time.perf_counter() - t0)
+            answers.add((res.rows, res.seq_sum))
+        if len(answers) != 1:
+            raise RuntimeError(f"{job.label}: the same batch answered differently when repeated: {answers}")
+        single = keys.single(bkeys)
+        t0 = time.perf_counter()
+        loop_times, loop_rows, loop_seq = time_probes(store, single, at)
+        loop_s = time.perf_counter() - t0
+        out.update(batch_keys=len(bkeys), batch_s=min(runs), batch_runs_s=runs, batch_per_key_s=min(runs) / len(bkeys),
+                   batch_rows=res.rows, batch_seq_sum=res.seq_sum, loop_s=loop_s, loop_per_key_s=loop_s / len(bkeys),
+                   loop_rows=loop_rows, loop_seq_sum=loop_seq)
+        _log(f"{job.label}: batch of {len(bkeys):,} keys {min(runs) * 1e3:.1f} ms "
+             f"({out['batch_per_key_s'] * 1e6:.2f} us a key; one at a time {out['loop_per_key_s'] * 1e6:.2f} us)")
+
+        scans = []
+        for _ in range(SCAN_RUNS):
+            t0 = time.perf_counter()
+            res = store.scan(at)
+            scans.append(time.perf_counter() - t0)
+        out.update(scan_s=min(scans), scan_runs_s=scans, scan_rows=res.rows, scan_seq_sum=res.seq_sum)
+        _log(f"{job.label}: scan of {res.rows:,} records {min(scans):.3f} s")
+
+        problem = cold_cache_problem() if job.cold > 0 else "--cold 0"
+        cold, cold_rows, cold_seq = [], 0, 0
+        if problem is None:
+            for k in keys.single(w.random_keys(job.cold, COLD_STREAM)):
+                go_cold(store, job.path)  # close, check no file is held, drop the page cache, reopen
+                t0 = time.perf_counter()
+                res = store.probe(k, at)
+                cold.append(time.perf_counter() - t0)
+                cold_rows, cold_seq = cold_rows + res.rows, cold_seq + res.seq_sum
+            _log(f"{job.label}: {len(cold)} cold probes: p50 {_pct(cold, 50) * 1e6:.0f} us")
+        else:
+            _log(f"{job.label}: no cold probes: {problem}")
+        out.update(cold_probes=len(cold), cold_p50_s=_pct(cold, 50) if cold else None, cold_probe_s=cold,
+                   cold_rows=cold_rows, cold_seq_sum=cold_seq, cold_note=problem)
+    finally:
+        store.close()
+    return out
+
+
+def child(mode: str, job_file: str) -> int:
+    job = Job(**json.loads(Path(job_file).read_text()))
+    result = build(job) if mode == "build" else read(job)
+    Path(job.result).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+# -- the oracle ---------------------------------------------------------------------------------------
+def oracle(w, probes: int, batch: int, cold: int) -> dict[str, tuple[int, int]]:
+    """(rows, seq sum) a correct store returns for each read of ``read`` (with these numbers of
+    probes, batch keys and cold probes), from the generated records alone (brute force,
+    vectorised)."""
+    import numpy as np
+
+    at = w.time_of(w.updates)
+    g = w.generated()
+    live = (g["ts"] <= at) & (g["exp"] > at)
+    key, seq = g["key"][live], g["seq"][live]
+    count = np.bincount(key, minlength=w.keys).astype(np.int64)
+    total = np.zeros(w.keys, dtype=np.int64)
+    np.add.at(total, key, seq)
+
+    def of(keys) -> tuple[int, int]:
+        return int(count[keys].sum()), int(total[keys].sum())
+
+    out = {"probe": of(w.random_keys(probes, PROBE_STREAM)), "scan": (int(live.sum()), int(seq.sum()))}
+    out["batch"] = out["loop"] = of(w.random_keys(batch, BATCH_STREAM, unique=True))
+    out["cold"] = of(w.random_keys(cold, COLD_STREAM))
+    return out
+
+
+def check(results: dict[str, dict], expected: dict[str, tuple[int, int]]) -> list[str]:
+    """Every answer that differs from the oracle, as 'store: read: got (rows, seq), want ...'."""
+    bad = []
+    for label, r in results.items():
+        if "error" in r:
+            continue
+        for read_ in ("probe", "batch", "loop", "scan", "cold"):
+            if read_ == "cold" and not r.get("cold_probes"):
+                continue
+            got = (r[f"{read_}_rows"], r[f"{read_}_seq_sum"])
+            if got != expected[read_]:
+                bad.append(f"{label}: {read_}: got {got} (rows, seq sum), want {expected[read_]}")
+    return bad
+
+
+# -- the comparison -------------------------------------------------------------------------------------
+def _ratio(a, b) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def ratios(results: dict[str, dict], kinds: dict[str, tuple[str, bool]]) -> dict:
+    """The figures issue 25's acceptance asks for, each ebb / peer (below 1 = ebb faster)."""
+    ok = {k: r for k, r in results.items() if "error" not in r}
+    ebb = [k for k, (fam, s) in kinds.items() if fam != "peer" and not s and k in ok]
+
+    def best(col: str) -> str | None:
+        have = [k for k in ebb if ok[k].get(col) is not None]
+        return min(have, key=lambda k: ok[k][col]) if have else None
+
+    sq, rk = ok.get("sqlite"), ok.get("rocksdb")
+    out: dict = {}
+    b = best("probe_p50_s")
+    if b is not None and sq:
+        out["warm_p50_vs_sqlite"] = {"ebb": b, "ratio": _ratio(ok[b]["probe_p50_s"], sq["probe_p50_s"])}
+        out["warm_p99_vs_sqlite"] = {"ebb": b, "ratio": _ratio(ok[b]["probe_p99_s"], sq["probe_p99_s"])}
+    b = best("cold_p50_s")
+    if b is not None and rk and rk.get("cold_p50_s"):
+        out["cold_p50_vs_rocksdb"] = {"ebb": b, "ratio": _ratio(ok[b]["cold_p50_s"], rk["cold_p50_s"])}
+    b = best("batch_per_key_s")
+    if b is not None and sq:
+        out["batch_per_key_vs_sqlite"] = {"ebb": b, "ratio": _ratio(ok[b]["batch_per_key_s"], sq["batch_per_key_s"])}
+    strings = {}
+    for k in ebb:
+        s = ok.get(k + STRING_SUFFIX)
+        if s:
+            strings[k] = {"p50": _ratio(s["probe_p50_s"], ok[k]["probe_p50_s"]),
+                          "p99": _ratio(s["probe_p99_s"], ok[k]["probe_p99_s"])}
+    if strings:
+        out["string_vs_int_keys"] = strings
+    return out
+
+
+def _us(x) -> str:
+    if x is None:
+        return "-"
+    x *= 1e6
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _x(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _s(x) -> str:
+    return "-" if x is None else f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def markdown(report: dict) -> str:
+    w, m = report["workload"], report["machine"]
+    rows = []
+    for label, r in report["stores"].items():
+        if "error" in r:
+            rows.append(f"| {label} | {r['keys']} | failed: {r['error']} |" + " |" * 8)
+            continue
+        rows.append(f"| {label} | {r['keys']} | {_s(r['update_median_s'])} | {_us(r['probe_p50_s'])} | "
+                    f"{_us(r['probe_p99_s'])} | {_us(r['probe_mean_s'])} | {_us(r.get('cold_p50_s'))} | "
+                    f"{_us(r['batch_per_key_s'])} | {_x(r['batch_speedup'])} | {_s(r['scan_s'])} | "
+                    f"{r['disk_bytes'] / 1e6:.0f} |")
+    rt = report["ratios"]
+    lines = [
+        "# ebb at the library level",
+        "",
+        f"Workload `{w['name']}`{' at scale ' + str(report['scale']) if report['scale'] != 1 else ''}: "
+        f"{w['keys']:,} uniform keys, {w['record_bytes']}-byte records, {w['per_slot']:,} records per update, "
+        f"about {w['live_records']:,} live ({w['live_bytes'] / 1e6:.0f} MB); a bulk load then {w['updates']} updates. "
+        f"Commit `{report['commit']}`. Machine: {m.get('cpu')}, {m.get('cores')} cores, "
+        f"{m.get('memory_bytes', 0) / 2**30:.0f} GiB, Linux {m.get('kernel')}, {m.get('filesystem')}; Python "
+        f"{m.get('python')}, SQLite {m.get('sqlite')}; load average at start {m.get('load_average_at_start')}.",
+        "",
+        "Every figure is of plain calls of the store's API, each timed by `time.perf_counter()` alone. Update: median "
+        f"of the {w['updates']} updates. Probes, in a new process that opened the store fresh: {report['probes']:,} "
+        f"probes of random keys after {report['warmup']} warm-up probes (µs); cold: one probe of a fresh key after "
+        "closing the store, dropping the page cache and reopening it, p50 of "
+        f"{report['cold']} such probes; batch: {report['batch']:,} unique keys in one `probe_many` call (fastest of "
+        f"{BATCH_RUNS}), per key, and its speedup over the same store's mean single probe; scan: all live records "
+        f"(fastest of {SCAN_RUNS}). `-str`: the same records keyed by strings `sensor-0000000`...",
+        "",
+        "| store | keys | update median s | probe p50 µs | probe p99 µs | probe mean µs | cold p50 µs | "
+        "batch µs/key | batch speedup | scan s | disk MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "Ratios (ebb / peer: below 1 = ebb faster):",
+        "",
+    ]
+    if "warm_p50_vs_sqlite" in rt:
+        lines.append(f"- warm probe, best ebb layout ({rt['warm_p50_vs_sqlite']['ebb']}) / SQLite: p50 "
+                     f"{_x(rt['warm_p50_vs_sqlite']['ratio'])}, p99 {_x(rt['warm_p99_vs_sqlite']['ratio'])}")
+    if "cold_p50_vs_rocksdb" in rt:
+        lines.append(f"- cold probe p50, best ebb layout ({rt['cold_p50_vs_rocksdb']['ebb']}) / RocksDB: "
+                     f"{_x(rt['cold_p50_vs_rocksdb']['ratio'])}")
+    if "batch_per_key_vs_sqlite" in rt:
+        lines.append(f"- batch probe per key, best ebb layout ({rt['batch_per_key_vs_sqlite']['ebb']}) / SQLite's "
+                     f"IN-list batch: {_x(rt['batch_per_key_vs_sqlite']['ratio'])}")
+    for k, v in rt.get("string_vs_int_keys", {}).items():
+        lines.append(f"- string keys / int64 keys, {k}: p50 {_x(v['p50'])}, p99 {_x(v['p99'])}")
+    if report["cold_note"]:
+        lines.append(f"- no cold probes: {report['cold_note']}")
+    lines += ["", ("Answers: every store returned the same records as the brute-force oracle for every read."
+                   if report["answers_correct"] else "Answers: **WRONG**: " + "; ".join(report["wrong_answers"])),
+              "", "Batch probes: ebb's `ArchiveReader.probe_many` and SQLite's `key IN (...)` lists of 500 sorted keys "
+              "are batch lookups; RocksDB's and LMDB's Python bindings have no batch prefix lookup, so theirs is the "
+              "loop of single probes (`Store.probe_many`'s default), and their batch speedup only compares those keys "
+              "with the random probes'."]
+    return "\n".join(lines) + "\n"
+
+
+# -- the parent -----------------------------------------------------------------------------------------
+def _commit() -> str:
+    try:
+        src = Path(__file__).resolve().parents[1]
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, timeout=10).stdout.strip()
+        return head or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run(args: argparse.Namespace) -> int:
+    from .configs import parse
+    from .machine import describe
+    from .workloads import WORKLOADS
+
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    for s in stores:
+        parse(s)  # a bad name fails before anything runs
+    if not 0 < args.scale <= 1:
+        raise SystemExit("library_bench: --scale must be in (0, 1]")
+    todo = entries(stores, args.string_keys)
+    w = WORKLOADS[WORKLOAD].scaled(args.scale)
+    batch = min(args.batch, w.keys // 2)
+    made_dir = args.dir is None
+    root = Path(args.dir or tempfile.mkdtemp(prefix="ebb-library-bench-", dir="/tmp")).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    _log(f"{len(todo)} stores, workload {WORKLOAD} at scale {args.scale}: {w.per_slot:,} records per update, "
+         f"{w.keys:,} keys; stores under {root}")
+    machine = describe(str(root), args.bandwidth_mib << 20)
+    results: dict[str, dict] = {}
+    kinds: dict[str, tuple[str, bool]] = {}
+    t_all = time.time()
+    try:
+        for i, (label, config, strings) in enumerate(todo, 1):
+            kinds[label] = (parse(config).family, strings)
+            job = Job(label, config, strings, args.scale, str(root / label), "", args.warmup, args.probes, batch, args.cold)
+            r: dict = {"config": config, "keys": "string" if strings else "int64"}
+            t0 = time.time()
+            for mode in ("build", "read"):
+                _log(f"[{i}/{len(todo)}] {label}: {mode}")
+                job.result = str(root / f"{label}.{mode}.json")
+                job_file = root / f"{label}.{mode}.job.json"
+                job_file.write_text(json.dumps(asdict(job)))
+                proc = subprocess.run([sys.executable, "-m", "ebb.tools.library_bench", "--child", mode, str(job_file)])
+                job_file.unlink(missing_ok=True)
+                if proc.returncode != 0:
+                    r["error"] = f"{mode} exited with {proc.returncode}"
+                    _log(f"{label}: {mode} failed (exit {proc.returncode}); going on with the next store")
+                    break
+                r.update(json.loads(Path(job.result).read_text()))
+                Path(job.result).unlink()
+            if "error" not in r:
+                r["batch_speedup"] = _ratio(r["probe_mean_s"], r["batch_per_key_s"])
+            if not args.keep:
+                shutil.rmtree(job.path, ignore_errors=True)
+            results[label] = r
+            _log(f"[{i}/{len(todo)}] {label}: done in {time.time() - t0:.0f} s")
+    finally:
+        if not args.keep:
+            for label, _, _ in todo:
+                shutil.rmtree(root / label, ignore_errors=True)
+            if made_dir:
+                shutil.rmtree(root, ignore_errors=True)
+    wrong = check(results, oracle(w, args.probes, batch, args.cold))
+    notes = {r.get("cold_note") for r in results.values() if "error" not in r} - {None}
+    report = {
+        "workload": {"name": w.name, "keys": w.keys, "record_bytes": w.record_bytes, "per_slot": w.per_slot,
+                     "updates": w.updates, "p": w.p, "live_records": int(w.per_slot * (w.p + 1) / 2),
+                     "live_bytes": w.expected_live_bytes, "description": w.description},
+        "scale": args.scale, "probes": args.probes, "warmup": args.warmup, "batch": batch, "cold": args.cold,
+        "commit": _commit(), "ebb_commit": machine.get("ebb_commit"), "machine": machine,
+        "stores": results, "ratios": ratios(results, kinds),
+        "answers_correct": not wrong, "wrong_answers": wrong, "cold_note": "; ".join(sorted(notes)) or None,
+        "failed": [k for k, r in results.items() if "error" in r], "wall_s": time.time() - t_all,
+    }
+    (out / "library.json").write_text(json.dumps(report, indent=2))
+    md = markdown(report)
+    (out / "library.md").write_text(md)
+    print(md)
+    _log(f"results: {out / 'library.md'}, {out / 'library.json'} ({report['wall_s']:.0f} s in all)")
+    return 1 if wrong or report["failed"] else 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stores", default=DEFAULT_STORES, metavar="LIST",
+                   help=f"comma-separated ebb layouts and peers, as `ebb bench --configs` takes them (default {DEFAULT_STORES})")
+    p.add_argument("--string-keys", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run each ebb layout with the same records keyed by strings sensor-0000000... (default on)")
+    p.add_argument("--scale", type=float, default=1.0, metavar="F",
+                   help="records per update and keys times F, e.g. 0.05 for a quick check (default 1: about 180 MB live)")
+    p.add_argument("--cold", type=int, default=COLD_PROBES, metavar="N",
+                   help=f"cold probes per store, each after a page-cache drop (root only; default {COLD_PROBES}; 0 = none)")
+    p.add_argument("--probes", type=int, default=PROBES, metavar="N", help=f"timed warm probes per store (default {PROBES})")
+    p.add_argument("--warmup", type=int, default=WARMUP_PROBES, metavar="N",
+                   help=f"untimed probes before them (default {WARMUP_PROBES})")
+    p.add_argument("--batch", type=int, default=BATCH_KEYS, metavar="N",
+                   help=f"unique keys in the probe_many batch (default {BATCH_KEYS}; at most half the keys)")
+    p.add_argument("--dir", metavar="DIR", help="where the stores are built (default a new directory under /tmp)")
+    p.add_argument("--keep", action="store_true", help="keep the stores at the end")
+    p.add_argument("--out", default="bench-results/library", metavar="DIR",
+                   help="where library.md and library.json go (default bench-results/library)")
+    p.add_argument("--bandwidth-mib", type=int, default=256, metavar="MIB",
+                   help="size of the O_DIRECT sequential disk bandwidth test recorded with the machine (default 256; 0 = skip)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(argv[1], argv[2])
+    p = argparse.ArgumentParser(prog="python -m ebb.tools.library_bench", description=__doc__.split("\n\n")[0],
+                                epilog="See the module docstring (tools/library_bench.py) for the method.")
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
