@@ -98,8 +98,10 @@ METADATA_GUESS_BYTES = 1024
 
 # -- key filters: a blocked Bloom filter per block, after a run's last block (``key_filter``) -----------
 FILTER_UNIT_BYTES = 64  # a key's bits all lie in one unit: one cache line, one page read
+FILTER_SUM_BYTES = 4  # a unit ends with the low 32 bits of the XXH3-64 of its bits, seeded with its index
+FILTER_UNIT_BITS = (FILTER_UNIT_BYTES - FILTER_SUM_BYTES) * 8  # 480
 FILTER_BITS_PER_KEY = 10  # about 1% of absent keys pass a block's filter
-FILTER_PROBES = 7  # bits a key sets in its unit: successive 9-bit fields of its hash's second mix
+FILTER_PROBES = 7  # bits a key sets in its unit: from successive 9-bit fields of its hash's second mix
 FILTER_TEXT_MULTIPLIER = 0x100000001B3  # a string key's bytes fold as p = p * this + (byte + 1), mod 2**64
 
 
@@ -121,6 +123,7 @@ def native_constants() -> dict[str, int]:
         "ipc_continuation": IPC_CONTINUATION,
         "metadata_guess_bytes": METADATA_GUESS_BYTES,
         "filter_unit_bytes": FILTER_UNIT_BYTES,
+        "filter_sum_bytes": FILTER_SUM_BYTES,
         "filter_probes": FILTER_PROBES,
         "filter_text_multiplier": FILTER_TEXT_MULTIPLIER,
     })

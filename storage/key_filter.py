@@ -8,30 +8,35 @@ about 99% of absent keys after reading one 64-byte unit of it, so a probe search
 block per run that holds the key.
 
 Layout (docs/format.md, "Key filters"): a block of ``rows`` rows has ``units(rows)`` units of
-``UNIT_BYTES`` bytes (``BITS_PER_KEY`` bits a row). A key's 64-bit hash (``key_hashes``) picks
-one unit by its high 32 bits and ``PROBES`` bits in it by successive 9-bit fields of a second
-mix of the hash; the key may be in the block only if all are set. The filters of a run's blocks
-follow its last block, from the next page boundary, in block order, covered by page sums like
-the blocks (a damaged filter page is never trusted: the block is searched). The same hash and
-bits are computed by storage/native/point_probe.c, which reads the filters through the run's map.
+``UNIT_BYTES`` bytes (``BITS_PER_KEY`` bits a row): ``UNIT_BITS`` bits, then the low 32 bits of
+the XXH3-64 of those bits seeded with the unit's index among the run's units, so that a probe
+checks the 64 bytes it reads, not a page. A key's 64-bit hash (``key_hashes``) picks one unit by
+its high 32 bits and ``PROBES`` bits in it from successive 9-bit fields of a second mix of the
+hash; the key may be in the block only if all are set. A unit that fails its sum is never
+trusted: the block is searched. The filters of a run's blocks follow its last block, from the
+next page boundary, in block order. storage/native/point_probe.c computes the same hash and bits
+and reads the filters through the run's map.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 from .disk_format import FILTER_BITS_PER_KEY as BITS_PER_KEY
 from .disk_format import FILTER_PROBES as PROBES
-from .disk_format import FILTER_TEXT_MULTIPLIER, FILTER_UNIT_BYTES as UNIT_BYTES
+from .disk_format import FILTER_SUM_BYTES as SUM_BYTES
+from .disk_format import FILTER_TEXT_MULTIPLIER
+from .disk_format import FILTER_UNIT_BITS as UNIT_BITS
+from .disk_format import FILTER_UNIT_BYTES as UNIT_BYTES
 
-_UNIT_BITS = UNIT_BYTES * 8
-_MASK64 = (1 << 64) - 1
+_BITS_BYTES = UNIT_BYTES - SUM_BYTES
 
 
 def units(rows):
     """Filter units of a block of ``rows`` rows (an int or a numpy array of them); at least one."""
-    return np.maximum(1, (np.asarray(rows, np.int64) * BITS_PER_KEY + _UNIT_BITS - 1) // _UNIT_BITS)
+    return np.maximum(1, (np.asarray(rows, np.int64) * BITS_PER_KEY + UNIT_BITS - 1) // UNIT_BITS)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -77,22 +82,28 @@ def _positions(hashes: np.ndarray, unit_count) -> tuple[np.ndarray, np.ndarray]:
         unit = ((hashes >> np.uint64(32)) * np.asarray(unit_count, np.uint64)) >> np.uint64(32)
         second = _mix(hashes)
     shifts = np.arange(PROBES, dtype=np.uint64) * np.uint64(9)
-    bits = (second[:, None] >> shifts) & np.uint64(_UNIT_BITS - 1)
-    return unit.astype(np.int64), bits.astype(np.int64)
+    fields = (second[:, None] >> shifts) & np.uint64(511)
+    return unit.astype(np.int64), ((fields * np.uint64(UNIT_BITS)) >> np.uint64(9)).astype(np.int64)
 
 
-def block_filter(hashes: np.ndarray) -> bytes:
-    """The filter of a block whose keys have ``hashes`` (one a row): ``units(len(hashes))`` units."""
+def block_filter(hashes: np.ndarray, first_unit: int) -> bytes:
+    """The filter of a block whose keys have ``hashes`` (one a row): ``units(len(hashes))`` units,
+    the first of them unit ``first_unit`` of its run (each unit's sum is seeded with its index)."""
     count = int(units(len(hashes)))
     unit, bits = _positions(hashes, count)
-    flat = np.zeros(count * _UNIT_BITS, bool)
-    flat[(unit[:, None] * _UNIT_BITS + bits).ravel()] = True
-    return np.packbits(flat, bitorder="little").tobytes()
+    flat = np.zeros((count, UNIT_BYTES * 8), bool)
+    flat[unit[:, None], bits] = True
+    packed = np.packbits(flat, axis=1, bitorder="little")
+    digest = xxhash.xxh3_64_intdigest
+    sums = [digest(row[:_BITS_BYTES].tobytes(), first_unit + u) & 0xFFFFFFFF for u, row in enumerate(packed)]
+    packed[:, _BITS_BYTES:] = np.array(sums, "<u4").view(np.uint8).reshape(count, SUM_BYTES)
+    return packed.tobytes()
 
 
 def may_hold(filter_bytes, hashes: np.ndarray) -> np.ndarray:
     """Whether a block with filter ``filter_bytes`` may hold each key of ``hashes`` (False: it does
-    not). As the native probe tests it; for ``ebb verify`` and the tests."""
-    bits_of = np.unpackbits(np.frombuffer(filter_bytes, np.uint8), bitorder="little")
-    unit, bits = _positions(hashes, len(bits_of) // _UNIT_BITS)
-    return bits_of[unit[:, None] * _UNIT_BITS + bits].all(axis=1)
+    not), by its bits alone. As the native probe tests them; for the tests."""
+    units_of = np.frombuffer(filter_bytes, np.uint8).reshape(-1, UNIT_BYTES)
+    bits_of = np.unpackbits(units_of, axis=1, bitorder="little")
+    unit, bits = _positions(hashes, len(units_of))
+    return bits_of[unit[:, None], bits].all(axis=1)

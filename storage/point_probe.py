@@ -147,15 +147,18 @@ class ProbeRuns:
     runs: list[RunToProbe]
     sources: list
     native: object  # the run set capsule
+    empty: pa.Table  # a probe's answer when no row matches (most keys' in an archive of many keys)
 
     @staticmethod
     def of(runs: list[RunToProbe], sources: list, arrays: list[RunArrays], live: list[tuple[int, int]],
-           layout: ColumnLayout) -> "ProbeRuns":
-        """``runs`` with their mapped files, arrays and (max_exp, first_live), for a schema of ``layout``."""
+           layout: ColumnLayout, schema: pa.Schema) -> "ProbeRuns":
+        """``runs`` with their mapped files, arrays and (max_exp, first_live), for ``schema`` (the
+        archive schema), stored as ``layout`` says."""
         args = [(*src.native(), max_exp, first_live, a.first_keys, a.last_keys, a.blocks, a.sections, a.page_start,
                  a.sums, a.first_at, a.last_at, a.filter_at) for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
         return ProbeRuns(runs, sources, _point_probe.run_set(args, layout.kinds, layout.widths, layout.key,
-                                                             layout.ts, layout.exp, layout.returned))
+                                                             layout.ts, layout.exp, layout.returned),
+                         schema.empty_table())
 
 
 class _NativeBatch:
@@ -200,5 +203,8 @@ def _result(runs: ProbeRuns, schema: pa.Schema, what: str, call, *args) -> tuple
         run = runs.runs[i]
         msg = f"{what}, {run.where}, run {run.name}, block at byte {offset}: {msg}"
         raise (DataIOError(errnum, msg) if errnum else CorruptionError(msg)) from None
+    searched = [(runs.runs[i].subindex, b, z) for i, b, z in visited]
+    if capsule is None:
+        return runs.empty, searched
     batch = pa.record_batch(_NativeBatch(schema, capsule))  # takes over the native allocation
-    return pa.Table.from_batches([batch]), [(runs.runs[i].subindex, b, z) for i, b, z in visited]
+    return pa.Table.from_batches([batch]), searched

@@ -50,8 +50,8 @@ class RunDescriptor:
     sums: np.ndarray | None = None  # uint32 page sums of every block, in order (None: see ``paged``)
     paged: bool | None = None  # written with page sums (None: whether ``sums`` is given); they may be unloaded
     schema: int = 0  # the schema version its blocks were written under
-    # where its blocks' key filters start (page-aligned, after the last block; ``key_filter``), their
-    # page sums following the blocks' in ``sums``; None: written without filters
+    # where its blocks' key filters start (page-aligned, after the last block; ``key_filter``);
+    # None: written without filters
     filter_offset: int | None = None
     section_bounds: list[int] = field(init=False)  # first block of each section, then len(blocks)
     page_start: np.ndarray = field(init=False)  # index in ``sums`` of each block's first page, then the total
@@ -113,11 +113,6 @@ class RunDescriptor:
             return None
         sizes = key_filter.units(self.blocks["rows"].astype(np.int64)) * FILTER_UNIT_BYTES
         return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64) + self.filter_offset
-
-    @property
-    def filter_pages(self) -> int:
-        """Pages of key filters (their sums follow the blocks' in ``sums``)."""
-        return 0 if self.filter_offset is None else _filter_pages(self.blocks)
 
     def first_live_after(self, slot: int) -> int:
         """Index of the first block whose section slot is > ``slot`` (NoRebuild deletion:
@@ -218,12 +213,10 @@ def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.nda
     end = len(body)
     if type(head.get("schema", 0)) is not int or head.get("schema", 0) < 0:
         raise CorruptionError(f"{what}: run {name} names schema version {head['schema']!r}")
-    if "filter" in head:  # with page sums (held), the filters' follow the blocks'
+    if "filter" in head:
         last = int(blocks["offset"][-1] + blocks["length"][-1]) if n else 0
         if not (type(head["filter"]) is int and head["filter"] >= last and head["filter"] % PAGE_BYTES == 0):
             raise _malformed(what, name, "where its key filters are")
-        if "page" in head:
-            end -= PAGE_SUM.itemsize * _filter_pages(blocks)
     if "page" in head:
         if head["page"] != PAGE_BYTES:
             raise CorruptionError(f"{what}: run {name} has pages of {head['page']!r} bytes, this ebb reads {PAGE_BYTES}")
@@ -231,11 +224,6 @@ def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.nda
     if end < pos or head["keys"] == "int" and end - pos != 2 * INT_KEY.itemsize * n:
         raise _malformed(what, name, "its keys and page sums do not fill it")
     return body, head, blocks, pos, end
-
-
-def _filter_pages(blocks: np.ndarray) -> int:
-    """Pages of the key filters of ``blocks`` (BLOCK entries)."""
-    return int(page_count(int(key_filter.units(blocks["rows"].astype(np.int64)).sum()) * FILTER_UNIT_BYTES))
 
 
 def _sums(body: memoryview, head: dict, end: int) -> np.ndarray | None:

@@ -20,7 +20,6 @@ import pyarrow as pa
 
 from . import files, key_filter
 from .block_format import encode_blocks
-from .checksum import page_sums
 from .disk_format import BLOCK, PAGE_BYTES, PAGE_SUM, BlockEntry, page_count
 from .faults import crash_point
 from .run_descriptor import RunDescriptor
@@ -42,13 +41,15 @@ class RunWriter:
         self._last: list = []
         self._sums: list[np.ndarray] = []
         self._filters: list[bytes] = []
+        self._units = 0  # filter units so far
 
     def add(self, table: pa.Table, slots: np.ndarray | None = None) -> None:
         """Appends records sorted by (slot, key, exp), continuing the order of earlier calls."""
         key, ts, exp = self._cols
         hashes, row = key_filter.key_hashes(table.column(key)), 0
         for blk in encode_blocks(table, key, ts, exp, self._block_bytes, PAGE_BYTES, slots):
-            self._filters.append(key_filter.block_filter(hashes[row:row + blk.rows]))
+            self._filters.append(key_filter.block_filter(hashes[row:row + blk.rows], self._units))
+            self._units += int(key_filter.units(blk.rows))
             row += blk.rows
             self._entries.append(blk.at(self._file.size))
             self._first.append(blk.first_key)
@@ -65,7 +66,6 @@ class RunWriter:
         filters = b"".join(self._filters)
         self._file.write(bytes(filter_offset - self._file.size))
         self._file.write(filters)
-        self._sums.append(page_sums(pa.py_buffer(filters), PAGE_BYTES))
         self._file.close()
         if sync:
             files.FS.sync_files([self.path])

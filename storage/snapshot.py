@@ -284,7 +284,7 @@ class Snapshot:
                 maps.append(files.mapped(run.name))
                 arrays.append(meta.run_arrays(self.txn, run.name))
                 live.append((run.max_exp, run.first_live))
-        found = ProbeRuns.of(runs, maps, arrays, live, layout)
+        found = ProbeRuns.of(runs, maps, arrays, live, layout, self.schema)
         if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit:
             if whole:
                 self._runs = found

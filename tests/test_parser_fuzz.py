@@ -153,7 +153,7 @@ def _decode_all(tmp: str, data: bytes, written_length: int, rows: int, checksum:
         layout = point_probe.ColumnLayout.of(physical, "key", "ts", "exp")
         arrays = point_probe.RunArrays.of(desc, sums)
         runs = point_probe.ProbeRuns.of([point_probe.RunToProbe(0, "I1", name)], [files.mapped(name)], [arrays],
-                                        [(max_exp, 0)], layout)
+                                        [(max_exp, 0)], layout, schema)
         table, _ = point_probe.probe(runs, key, as_of, schema, "fuzz")
         return Counter(_rows(table, n_out))
 

@@ -53,8 +53,10 @@
 #define IPC_CONTINUATION 0xFFFFFFFFu
 #define METADATA_GUESS 1024  /* about how many bytes of a block precede its first buffer */
 #define MAX_COLUMNS 4096
-#define FILTER_UNIT 64        /* key_filter.UNIT_BYTES */
-#define FILTER_PROBES 7       /* key_filter.PROBES: 9-bit fields of the second mix */
+#define FILTER_UNIT 64        /* key_filter.UNIT_BYTES: FILTER_BITS bits, then a 4-byte sum */
+#define FILTER_SUM 4
+#define FILTER_BITS ((FILTER_UNIT - FILTER_SUM) * 8)
+#define FILTER_PROBES 7       /* key_filter.PROBES: from 9-bit fields of the second mix */
 #define FILTER_TEXT_MULTIPLIER 0x100000001B3ULL  /* disk_format.FILTER_TEXT_MULTIPLIER */
 
 enum { FIXED = 0, BOOL = 1, VARIABLE = 2 };
@@ -515,7 +517,7 @@ static int open_run(PyObject *t, Run *r) {
     r->first_live = first_live;
     r->have_sums = sums != Py_None;
     r->text = first_at != Py_None;
-    r->filters = filter_at != Py_None && r->have_sums;  /* a filter is trusted only through its page sums */
+    r->filters = filter_at != Py_None;
     PyObject *objs[] = {first, last, blocks, sections, page_start, sums, first_at, last_at, r->filters ? filter_at : Py_None};
     Py_buffer *bufs[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums, &r->first_at,
                          &r->last_at, &r->filter_at};
@@ -582,7 +584,6 @@ typedef struct {
     Py_ssize_t ncand, nrows;
     int64_t *seen, *bytes;  /* per run: blocks searched and their bytes */
     int64_t *size;          /* per run: its file's size, read once a probe (-1: not yet) */
-    uint8_t **filter_checked;  /* per run: its filter pages checked (batch probes; NULL: none kept) */
     Ahead ahead;
 } Probe;
 
@@ -635,37 +636,27 @@ static uint64_t key_hash(const Key *k, int text) {
     return mix64(p);
 }
 
-/* Whether block ``blk`` of run ``i`` may hold the key of hash ``h``: 0 only if its filter, read
- * after checking the page sum of the filter page it lies in, says so. No filter, one that does
- * not fit the file, or a page that fails its sum: 1 (the block is searched, and checked). */
+/* Whether block ``blk`` of run ``i`` may hold the key of hash ``h``: 0 only if its filter says
+ * so, read after checking the sum of the 64-byte unit it reads. No filter, one that does not fit
+ * the file, or a unit that fails its sum: 1 (the block is searched, and checked). */
 static int may_hold(Probe *P, Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t h) {
     Run *r = &runs[i];
     if (!r->filters)
         return 1;
-    Py_ssize_t nblocks = r->blocks.len / ENTRY_BYTES;
     const uint8_t *at = r->filter_at.buf;
-    int64_t start = ldi64(at), lo = ldi64(at + 8 * blk), hi = ldi64(at + 8 * blk + 8), end = ldi64(at + 8 * nblocks);
-    int64_t size, first_sum = ldi64((uint8_t *)r->page_start.buf + 8 * nblocks);
+    int64_t start = ldi64(at), lo = ldi64(at + 8 * blk), hi = ldi64(at + 8 * blk + 8), size;
     Error ignored = {0};
-    if (file_size(P, runs, i, 0, &ignored, &size) < 0 || start < 0 || start % PAGE || lo < start || hi <= lo ||
-        hi > end || end > size || (hi - lo) % FILTER_UNIT)
+    if (start < 0 || lo < start || hi <= lo || (hi - lo) % FILTER_UNIT || (lo - start) % FILTER_UNIT ||
+        file_size(P, runs, i, 0, &ignored, &size) < 0 || hi > size)
         return 1;
     uint64_t units = (uint64_t)(hi - lo) / FILTER_UNIT, unit = ((h >> 32) * units) >> 32;
-    uint64_t from = (uint64_t)lo + unit * FILTER_UNIT, page = (from - (uint64_t)start) / PAGE;
-    if ((uint64_t)(first_sum + (int64_t)page + 1) * 4 > (uint64_t)r->sums.len)
+    const uint8_t *bits = (const uint8_t *)r->map.buf + lo + unit * FILTER_UNIT;
+    uint64_t index = (uint64_t)(lo - start) / FILTER_UNIT + unit;  /* among the run's units: the sum's seed */
+    if ((uint32_t)XXH3_64bits_withSeed(bits, FILTER_UNIT - FILTER_SUM, index) != ld32(bits + FILTER_UNIT - FILTER_SUM))
         return 1;
-    uint8_t *seen = P->filter_checked != NULL ? P->filter_checked[i] : NULL;
-    if (seen == NULL || !seen[page]) {
-        uint64_t p0 = (uint64_t)start + page * PAGE, n = (uint64_t)end - p0 < PAGE ? (uint64_t)end - p0 : PAGE;
-        if ((uint32_t)XXH3_64bits((const uint8_t *)r->map.buf + p0, n) != ((const uint32_t *)r->sums.buf)[first_sum + page])
-            return 1;
-        if (seen != NULL)
-            seen[page] = 1;
-    }
-    const uint8_t *bits = (const uint8_t *)r->map.buf + from;
     uint64_t second = mix64(h);
     for (int j = 0; j < FILTER_PROBES; j++) {
-        unsigned b = (unsigned)((second >> (9 * j)) & (FILTER_UNIT * 8 - 1));
+        unsigned b = (unsigned)((((second >> (9 * j)) & 511) * FILTER_BITS) >> 9);
         if (!((bits[b >> 3] >> (b & 7)) & 1))
             return 0;
     }
@@ -847,11 +838,8 @@ static void free_batch(Batch *B, Py_ssize_t nruns) {
     for (Py_ssize_t i = 0; i < nruns; i++) {
         if (B->slot != NULL)
             free(B->slot[i]);
-        if (B->P.filter_checked != NULL)
-            free(B->P.filter_checked[i]);
     }
     free(B->slot);
-    free(B->P.filter_checked);
     free_probe(&B->P);
 }
 
@@ -1221,8 +1209,8 @@ fail:
 
 /* (batch, visited) of a finished probe (see ``probe``'s doc string), or NULL with an exception. */
 static PyObject *result_of(const RunSet *S, Probe *P) {
-    struct ArrowArray *out = batch(&S->L, P->cand, P->rows, P->nrows);
-    if (out == NULL)
+    struct ArrowArray *out = P->nrows ? batch(&S->L, P->cand, P->rows, P->nrows) : NULL;
+    if (out == NULL && P->nrows)
         return NULL;
     PyObject *visited = PyList_New(0);
     if (visited == NULL) {
@@ -1236,11 +1224,14 @@ static PyObject *result_of(const RunSet *S, Probe *P) {
         if (v == NULL || PyList_Append(visited, v) < 0) {
             Py_XDECREF(v);
             Py_DECREF(visited);
-            release_batch(out);
+            if (out != NULL)
+                release_batch(out);
             return NULL;
         }
         Py_DECREF(v);
     }
+    if (out == NULL)  /* no rows: the caller has an empty table at hand */
+        return Py_BuildValue("(ON)", Py_None, visited);
     PyObject *handed = batch_capsule(out);  /* owns the batch from here */
     return handed == NULL ? (Py_DECREF(visited), NULL) : Py_BuildValue("(NN)", handed, visited);
 }
@@ -1299,20 +1290,6 @@ static PyObject *probe(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* A batch's record of which filter pages of each run it has checked. */
-static int filter_pages(Probe *P, const RunSet *S) {
-    for (Py_ssize_t i = 0; i < S->nruns; i++) {
-        const Run *r = &S->runs[i];
-        if (!r->filters)
-            continue;
-        Py_ssize_t n = r->filter_at.len / 8;
-        int64_t span = ldi64((uint8_t *)r->filter_at.buf + 8 * (n - 1)) - ldi64(r->filter_at.buf);
-        if ((P->filter_checked[i] = calloc(span > 0 ? (size_t)(span / PAGE + 1) : 1, 1)) == NULL)
-            return -1;
-    }
-    return 0;
-}
-
 static PyObject *probe_many(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *capsule, *keys_obj, *data_obj = Py_None, *result = NULL;
@@ -1340,9 +1317,7 @@ static PyObject *probe_many(PyObject *self, PyObject *args) {
     }
     if (bad) {
         PyErr_SetString(PyExc_ValueError, text ? "keys must be int64 offsets into data" : "keys must be int64");
-    } else if ((B.slot = calloc(S->nruns ? S->nruns : 1, sizeof(Py_ssize_t *))) == NULL ||
-               (B.P.filter_checked = calloc(S->nruns ? S->nruns : 1, sizeof(uint8_t *))) == NULL ||
-               filter_pages(&B.P, S) < 0) {
+    } else if ((B.slot = calloc(S->nruns ? S->nruns : 1, sizeof(Py_ssize_t *))) == NULL) {
         PyErr_NoMemory();
     } else if (start_probe(S, &B.P) == 0) {
         int ok;
@@ -1363,7 +1338,7 @@ static const struct { const char *name; unsigned long long value; } FACTS[] = {
     {"entry.min_exp", E_MIN_EXP}, {"entry.max_exp", E_MAX_EXP}, {"entry.max_ts", E_MAX_TS}, {"entry.slot", E_SLOT},
     {"entry.checksum", E_CHECKSUM}, {"page_bytes", PAGE}, {"page_sum_bytes", PAGE_SUM_BYTES},
     {"ipc_prefix_bytes", IPC_PREFIX}, {"ipc_continuation", IPC_CONTINUATION}, {"metadata_guess_bytes", METADATA_GUESS},
-    {"filter_unit_bytes", FILTER_UNIT}, {"filter_probes", FILTER_PROBES}, {"filter_text_multiplier", FILTER_TEXT_MULTIPLIER},
+    {"filter_unit_bytes", FILTER_UNIT}, {"filter_sum_bytes", FILTER_SUM}, {"filter_probes", FILTER_PROBES}, {"filter_text_multiplier", FILTER_TEXT_MULTIPLIER},
 };
 
 static PyObject *check_format(PyObject *self, PyObject *facts) {
@@ -1407,8 +1382,8 @@ static PyMethodDef methods[] = {
     {"probe", probe, METH_VARARGS,
      "probe(run_set, key, as_of) -> (batch, visited)\n\n"
      "The records with this key (an int64, or a str for a string key column) valid at as_of, ordered by (exp, ts), from the blocks of the\n"
-     "set's runs that may hold it; every page used is checked first. batch: a PyCapsule named\n"
-     "\"arrow_array\" (the Arrow PyCapsule interface) holding the returned columns, for an object's\n"
+     "set's runs that may hold it; every page used is checked first. batch: None if there are none,\n"
+     "else a PyCapsule named \"arrow_array\" (the Arrow PyCapsule interface) holding the returned columns, for an object's\n"
      "__arrow_c_array__ to hand to pyarrow.record_batch. visited: (run index, blocks, bytes) of each run with blocks searched.\n"
      "BlockError((run index, block offset, message, errno)) if a block is damaged (errno 0) or its file\n"
      "cannot be read (the errno of the failed call)."},
