@@ -124,6 +124,12 @@ class FlightArchiveClient:
         """Records with this key valid at ``as_of`` (default: the server's last update time)."""
         return self.read(proto.ReadRequest("probe", as_of, key=key))[0]
 
+    def probe_many(self, keys, as_of: int | None = None) -> pa.Table:
+        """Records of every key of ``keys`` valid at ``as_of``, ordered by (key, exp, ts), in one
+        request (at most ``flight_protocol.MAX_PROBE_KEYS`` keys)."""
+        keys = keys.tolist() if hasattr(keys, "tolist") else list(keys)
+        return self.read(proto.ReadRequest("probe_many", as_of, keys=tuple(keys)))[0]
+
     def probe_range(self, lo: Any, hi: Any, as_of: int | None = None) -> pa.Table:
         """Records with lo <= key <= hi valid at ``as_of``; None is an open bound."""
         return self.read(proto.ReadRequest("probe_range", as_of, lo=lo, hi=hi))[0]

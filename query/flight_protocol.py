@@ -3,12 +3,14 @@
 A ticket (and a command descriptor) is a small JSON object that names a read, never a file:
 
     {"kind": "probe",       "key": 42,            "as_of": 1200}
+    {"kind": "probe_many",  "keys": [42, 7, 42],  "as_of": 1200}
     {"kind": "probe_range", "lo": 10, "hi": 20,   "as_of": null}
     {"kind": "scan",                              "as_of": null}
 
 ``as_of`` is optional (default: the time of the last update of the snapshot the server reads).
 ``lo``/``hi`` may be null for an open bound. Keys must be JSON integers for an archive with integer
-keys and JSON strings for one with string keys. Anything else (unknown kinds or fields, a
+keys and JSON strings for one with string keys. ``probe_many`` answers the probe of each of up
+to ``MAX_PROBE_KEYS`` keys in one stream, ordered by (key, exp, ts), each key once. Anything else (unknown kinds or fields, a
 ``path``) is rejected with a ``BadRequest`` that names the problem: the server only ever serves
 the archive it was started with.
 
@@ -28,9 +30,11 @@ import pyarrow as pa
 from ..storage.errors import ReadError
 from ..storage.keys import MAX_STRING_KEY_BYTES, is_int_key
 
-KINDS = ("probe", "probe_range", "scan")
-MAX_TICKET_BYTES = 64 << 10  # a ticket is a few dozen bytes; refuse to parse megabytes of JSON
-_FIELDS = {"probe": {"key"}, "probe_range": {"lo", "hi"}, "scan": set()}
+KINDS = ("probe", "probe_many", "probe_range", "scan")
+# a ticket is a few dozen bytes, or for probe_many up to MAX_PROBE_KEYS keys; refuse to parse more JSON
+MAX_PROBE_KEYS = 100_000
+MAX_TICKET_BYTES = 4 << 20
+_FIELDS = {"probe": {"key"}, "probe_many": {"keys"}, "probe_range": {"lo", "hi"}, "scan": set()}
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -49,11 +53,13 @@ class ReadRequest:
     key: Any = None
     lo: Any = None
     hi: Any = None
+    keys: tuple = ()
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {"kind": self.kind}
         for name in sorted(_FIELDS[self.kind]):
-            out[name] = getattr(self, name)
+            v = getattr(self, name)
+            out[name] = list(v) if name == "keys" else v
         if self.as_of is not None:
             out["as_of"] = self.as_of
         return out
@@ -99,6 +105,13 @@ def decode(raw: bytes) -> ReadRequest:
         if "key" not in obj or obj["key"] is None:
             raise BadRequest("a probe ticket needs a non-null \"key\"")
         return ReadRequest(kind, as_of, key=obj["key"])
+    if kind == "probe_many":
+        keys = obj.get("keys")
+        if not isinstance(keys, list):
+            raise BadRequest("a probe_many ticket needs \"keys\": a JSON list of keys")
+        if len(keys) > MAX_PROBE_KEYS:
+            raise BadRequest(f"a probe_many ticket holds at most {MAX_PROBE_KEYS} keys, got {len(keys)}")
+        return ReadRequest(kind, as_of, keys=tuple(keys))
     if kind == "probe_range":
         return ReadRequest(kind, as_of, lo=obj.get("lo"), hi=obj.get("hi"))
     return ReadRequest(kind, as_of)
@@ -121,6 +134,22 @@ def check_key(name: str, value: Any, key_type: pa.DataType, nullable: bool = Fal
     if len(value.encode()) > MAX_STRING_KEY_BYTES:
         raise BadRequest(f"{name} is longer than {MAX_STRING_KEY_BYTES} bytes of UTF-8, the longest key an archive can hold")
     return value
+
+
+def check_keys(values: tuple, key_type: pa.DataType) -> tuple:
+    """``values`` as keys of the archive's key type, or BadRequest naming the first mismatch
+    (one pass over the parsed JSON values, which the JSON parser made one by one anyway)."""
+    if is_int_key(key_type):
+        bad = next((v for v in values if type(v) is not int or not _INT64_MIN <= v <= _INT64_MAX), None)
+        if bad is not None or any(v is None for v in values):
+            raise BadRequest(f"keys must be integers within int64: the archive's keys are {key_type}, got {json.dumps(bad)}")
+        return values
+    bad = next((v for v in values if type(v) is not str or len(v) > MAX_STRING_KEY_BYTES // 4
+                and len(v.encode()) > MAX_STRING_KEY_BYTES), None)
+    if bad is not None or any(v is None for v in values):
+        raise BadRequest(f"keys must be strings of at most {MAX_STRING_KEY_BYTES} bytes of UTF-8: the archive's keys are "
+                         f"{key_type}, got {json.dumps(bad)[:80]}")
+    return values
 
 
 def stream_metadata(update_seq: int, last_update_time: int | None, as_of: int) -> bytes:

@@ -42,10 +42,11 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from ..storage.archive import open_readonly
-from ..storage.errors import CorruptionError, EbbError, ReadError, VersionReclaimed
-from ..storage.manifest import FORMAT_VERSION
+from ..storage.disk_format import FORMAT_VERSION
+from ..storage.errors import CorruptionError, EbbError, ReadError, UsageError, VersionReclaimed
 from ..storage.read_plan import KeyRange
 from ..storage.snapshot import Snapshot
+from ..storage.tuning import WHOLE_RANGE_BYTES
 from . import flight_protocol as proto
 from .reader import ArchiveReader
 
@@ -60,8 +61,6 @@ DEFAULT_PORT = 8815  # the port Arrow Flight examples conventionally use
 # stream of its plan plus the batches in flight (docs/serving.md, "Limits"); point probes are
 # never limited
 DEFAULT_MAX_HEAVY_REQUESTS = 4 * (os.cpu_count() or 1)
-# a range probe whose planned blocks fit this is read whole; a larger one streams (bounded memory)
-WHOLE_RANGE_BYTES = 8 << 20
 HEALTH_ACTION = "health"
 FOLLOW_LAG_S = 10.0  # the served version may trail a commit this long before health says "degraded"
 SCAN_DESCRIPTOR = proto.ReadRequest("scan").encode()
@@ -83,7 +82,7 @@ class BearerTokenMiddlewareFactory(flight.ServerMiddlewareFactory):
     def __init__(self, token: str):
         super().__init__()
         if not token:
-            raise ValueError("the token must not be empty")
+            raise UsageError("the token must not be empty")
         self._expected = f"Bearer {token}".encode()
 
     def start_call(self, info: flight.CallInfo, headers: dict[str, list]) -> None:
@@ -117,8 +116,9 @@ def _flight_error(e: Exception, where: str) -> flight.FlightError:
         return e
     if isinstance(e, VersionReclaimed):  # not the client's mistake: the same request will succeed
         return flight.FlightUnavailableError(f"ebb: retry: {e}")
-    if isinstance(e, (proto.BadRequest, ValueError)) and not isinstance(e, EbbError) or isinstance(e, ReadError):
-        # a request the archive cannot answer as asked (ReadError: e.g. an as_of before the oldest kept version)
+    if isinstance(e, ReadError):
+        # a request the archive cannot answer as asked: a bad ticket (flight_protocol.BadRequest),
+        # a key of the wrong type, an as_of before the oldest kept version
         return flight.FlightServerError(f"ebb: bad request: {e}")
     log.exception("ebb flight: %s failed", where)
     if isinstance(e, FileNotFoundError):
@@ -179,7 +179,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
         ``max_heavy_requests``: scans and range probes in progress at once; one more fails at
         once with FlightUnavailableError "ebb: busy: ..." (point probes are never limited)."""
         if max_heavy_requests < 1:
-            raise ValueError(f"max_heavy_requests must be at least 1, not {max_heavy_requests}")
+            raise UsageError(f"max_heavy_requests must be at least 1, not {max_heavy_requests}")
         self.max_heavy_requests = max_heavy_requests
         self._heavy = threading.BoundedSemaphore(max_heavy_requests)
         self.archive = open_readonly(path)
@@ -265,7 +265,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
                 snap.close()
             raise
         stream = _tagged(batches, schema, meta)
-        if req.kind != "probe" and snap.schema is not None:
+        if req.kind not in ("probe", "probe_many") and snap.schema is not None:
             # a client that goes away before the stream starts never runs the generator's
             # finally; closing on collection releases the snapshot (Snapshot.close is idempotent)
             weakref.finalize(stream, snap.close)
@@ -290,7 +290,10 @@ class ArchiveFlightServer(flight.FlightServerBase):
                     snap.close()
             return _closing(reader.probe_range_batches(lo, hi, as_of, snapshot=snap), snap)
         try:
-            table = reader.probe(proto.check_key("key", req.key, key_type), as_of, snapshot=snap)
+            if req.kind == "probe_many":
+                table = reader.probe_many(proto.check_keys(req.keys, key_type), as_of, snapshot=snap)
+            else:
+                table = reader.probe(proto.check_key("key", req.key, key_type), as_of, snapshot=snap)
         finally:
             if close:
                 snap.close()
@@ -369,7 +372,9 @@ class ArchiveFlightServer(flight.FlightServerBase):
             schema = snap.schema if snap.schema is not None else pa.schema([])
             if snap.schema is not None and req.kind != "scan":
                 key_type = snap.schema.field(snap.config.key_column).type
-                for name in ("key",) if req.kind == "probe" else ("lo", "hi"):
+                if req.kind == "probe_many":
+                    proto.check_keys(req.keys, key_type)
+                for name in {"probe": ("key",), "probe_range": ("lo", "hi")}.get(req.kind, ()):
                     proto.check_key(name, getattr(req, name), key_type, nullable=req.kind == "probe_range")
             if req.as_of is not None:
                 snap.check_as_of(req.as_of)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..storage.archive import Archive
 
-KINDS = {"probe": "probe", "probe_range": "range", "scan": "scan"}  # ticket kind -> label
+KINDS = {"probe": "probe", "probe_many": "probe_many", "probe_range": "range", "scan": "scan"}  # ticket kind -> label
 # seconds: a probe takes ~0.1 ms in process and ~1 ms over Flight; a scan seconds to minutes
 READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 UPDATE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

@@ -100,6 +100,8 @@ class RequestMonitor:
         fields: dict[str, Any] = {"kind": kind, "rows": rows, "duration_s": round(seconds, 6), "peer": context.peer()}
         if req is not None and req.kind == "probe":
             fields["key"] = req.key
+        elif req is not None and req.kind == "probe_many":
+            fields["keys"] = len(req.keys)
         elif req is not None and req.kind == "probe_range":
             fields["lo"], fields["hi"] = req.lo, req.hi
         if req is not None and req.as_of is not None:

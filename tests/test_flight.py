@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
@@ -84,6 +85,30 @@ def test_probes_ranges_and_scans_match_library_and_oracle(built, server):
             assert got.schema == lib.result_schema()
             assert rows_multiset(got) == rows_multiset(lib.scan_table(as_of)) == oracle.scan(t)
             assert len(got) > 0 if t < last + 16 else len(got) == 0
+
+
+def test_probe_many_is_every_probe_in_one_request(built, server):
+    """A probe_many ticket answers as the library's probe_many and the oracle (keys repeated,
+    absent and outside the stored range), ordered by (key, exp, ts); its keys are checked
+    against the archive's key type, and a ticket with too many keys is refused."""
+    path, oracle, last = built
+    c = FlightArchiveClient(server.url)
+    keys = [5, 3, 39, 1000, -5, 3, 17, 0] + list(range(40))
+    with ArchiveReader(path) as lib:
+        for as_of in (None, last + 3):
+            t = last if as_of is None else as_of
+            got = c.probe_many(np.array(keys), as_of)
+            assert got.equals(lib.probe_many(keys, as_of))
+            assert rows_multiset(got) == sum((oracle.probe(k, t) for k in set(keys)), Counter())
+            assert got["key"].to_pylist() == sorted(got["key"].to_pylist())
+    assert c.probe_many([]).num_rows == 0
+    for bad, fragment in (([1, "x"], "keys must be integers"), ([1, True], "keys must be integers"),
+                          ([2**63], "keys must be integers"), ([None], "keys must be integers")):
+        with pytest.raises(flight.FlightServerError, match=fragment):
+            c.probe_many(bad)
+    with pytest.raises(flight.FlightServerError, match="at most 100000 keys"):
+        c.probe_many(range(100_001))
+    assert rows_multiset(c.probe(3)) == oracle.probe(3, last)
 
 
 def test_scan_streams_batch_by_batch(built, server):
