@@ -58,6 +58,12 @@ stated, bulk load then periodic updates, each followed by a probe of a random ke
                  Rebuild4x4, NoRebuild4x4 and every peer; 6 updates, a scan after every 2nd
   quick          a tiny version of everything, for CI (about a minute): every technique at two
                  sizes (n = 4 and 9; doubly 2x2, 3x3, and 4x4, 2x8, 8x2) and every peer, 4 updates
+  library        the library-level comparison (tools/library_bench.py): 1,000,000 int64 keys,
+                 ~900k live 200-byte records, Rebuild2x2, NoRebuild4x4 (also keyed by strings),
+                 SQLite, RocksDB, LMDB, each in its own build and read processes; warm probe
+                 p50/p99 over 2,000 plain-timed probes, cold probes, a 10,000-key probe_many, a
+                 scan, the median update; writes library.md and library.json to --out (about
+                 10 minutes)
   soak           not a workload but the deployment, for --minutes (default 30; --short: about 3
                  minutes in all): a producer landing files, `ebb run --follow`, `ebb serve` with 8
                  client threads and a Spark analysis a minute, in processes of their own, with a
@@ -83,6 +89,7 @@ examples:
   ebb bench periodic                               # does random allocation help a periodic rate?
   ebb bench thesis-small --resume                  # continue an interrupted run
   ebb bench soak --short --out /tmp/soak           # the deployment for about 3 minutes (CI)
+  ebb bench library --scale 0.05 --cold 2          # the library-level comparison, small and quick
 """
 
 
@@ -90,7 +97,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench", help="reproduce the thesis's experiments and compare with SQLite, DuckDB, LMDB, RocksDB, Parquet",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("workload", choices=WORKLOAD_NAMES + ("soak",), help="which workload to run, or soak (see above)")
+    p.add_argument("workload", choices=WORKLOAD_NAMES + ("library", "soak"),
+                   help="which workload to run, or library or soak (see above)")
     p.add_argument("--out", metavar="DIR", help="results directory (default: bench-results/WORKLOAD in the current directory)")
     p.add_argument("--configs", metavar="LIST",
                    help="comma-separated configurations instead of the workload's default set, e.g. "
@@ -111,7 +119,22 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (one line per configuration instead)")
     p.add_argument("--minutes", type=float, metavar="M", help="soak only: length of the steady phase (default 30)")
     p.add_argument("--short", action="store_true", help="soak only: the CI run, about 3 minutes in all, same checks")
+    library = p.add_argument_group("library only (see `python -m ebb.tools.library_bench --help`)")
+    library.add_argument("--stores", metavar="LIST", help="ebb layouts and peers to compare (default Rebuild2x2,"
+                         "NoRebuild4x4,sqlite,rocksdb,lmdb)")
+    library.add_argument("--string-keys", action=argparse.BooleanOptionalAction, default=True,
+                         help="also run each ebb layout keyed by strings (default on)")
+    library.add_argument("--scale", type=float, default=1.0, metavar="F", help="records and keys times F (default 1)")
+    library.add_argument("--cold", type=int, metavar="N", help="cold probes per store (default 20; 0 = none)")
+    library.add_argument("--probes", type=int, metavar="N", help="timed warm probes per store (default 2000)")
+    library.add_argument("--warmup", type=int, metavar="N", help="untimed probes before them (default 200)")
+    library.add_argument("--batch", type=int, metavar="N", help="keys in the probe_many batch (default 10000)")
+    library.add_argument("--dir", metavar="DIR", help="where the stores are built (default a new directory under /tmp)")
+    library.add_argument("--keep", action="store_true", help="keep the stores at the end")
     p.set_defaults(handler=run)
+
+
+_LIBRARY_ONLY = ("stores", "cold", "probes", "warmup", "batch", "dir")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,6 +144,18 @@ def run(args: argparse.Namespace) -> int:
         from . import soak
 
         return soak.run(args)
+    if args.workload == "library":
+        from . import library_bench as lib
+
+        defaults = {"stores": lib.DEFAULT_STORES, "cold": lib.COLD_PROBES, "probes": lib.PROBES,
+                    "warmup": lib.WARMUP_PROBES, "batch": lib.BATCH_KEYS, "out": "bench-results/library", "bandwidth_mib": 256}
+        for name, value in defaults.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+        return lib.run(args)
+    if any(getattr(args, name) is not None for name in _LIBRARY_ONLY) or args.keep or args.scale != 1.0:
+        raise UsageError("--stores, --scale, --cold, --probes, --warmup, --batch, --dir and --keep are options of "
+                         "`ebb bench library`")
     if args.minutes is not None or args.short:
         raise UsageError("--minutes and --short are options of `ebb bench soak`")
     from . import configs as cfgs

@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..query.reader import ReadStats
 from ..storage.config import ArchiveConfig, build_config
 from .configs import Config
 from .store import ReadResult, Store
@@ -97,7 +96,7 @@ class EbbStore(Store):
                 "block_bytes": self.block_bytes}
 
     def _reset_stats(self) -> None:
-        self.reader.io = ReadStats()
+        self.reader.io.reset()
 
     def probe(self, key: int, at: int) -> ReadResult:
         self._reset_stats()

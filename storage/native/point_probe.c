@@ -20,9 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__has_include)
 #if __has_include(<sys/syscall.h>)
@@ -214,18 +216,23 @@ static int ahead_add(Ahead *A, const uint8_t *from, const uint8_t *to, Error *er
 
 #ifdef HAVE_PROCESS_MADVISE
 static int self_pidfd = -1;  /* for process_madvise; opened with the GIL held (``open_pidfd``) */
-static pid_t self_pid = 0;
+static int pidfd_opened = 0;  /* reset in a forked child, whose pidfd must be its own */
+
+static void forked_child(void) {
+    if (self_pidfd >= 0)
+        close(self_pidfd);  /* the parent's */
+    self_pidfd = -1;
+    pidfd_opened = 0;
+}
 #endif
 
+/* Opens this process's pidfd once (not a getpid per probe: a fork handler says when to again). */
 static void open_pidfd(void) {
 #ifdef HAVE_PROCESS_MADVISE
-    pid_t pid = getpid();
-    if (pid == self_pid)
+    if (pidfd_opened)
         return;
-    if (self_pidfd >= 0)
-        close(self_pidfd);  /* a forked child: the parent's */
-    self_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    self_pid = pid;
+    self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    pidfd_opened = 1;
 #endif
 }
 
@@ -234,10 +241,11 @@ static void open_pidfd(void) {
  * Skipped when every range is a few pages and the first one's first page is in memory already,
  * taken as a sign that the cache is warm: advice on a few resident pages costs more than a
  * small probe's own reads. */
-static void ahead_flush(Ahead *A) {
+static int ahead_flush(Ahead *A) {
     Py_ssize_t done = 0;
     unsigned char resident = 0;
-    if (A->n && A->longest <= SMALL_AHEAD && mincore(A->v[0].iov_base, 1, &resident) == 0 && (resident & 1))
+    int warm = A->n && A->longest <= SMALL_AHEAD && mincore(A->v[0].iov_base, 1, &resident) == 0 && (resident & 1);
+    if (warm)
         done = A->n;
 #ifdef HAVE_PROCESS_MADVISE
     if (self_pidfd >= 0)
@@ -252,6 +260,7 @@ static void ahead_flush(Ahead *A) {
         madvise(A->v[done].iov_base, A->v[done].iov_len, MADV_WILLNEED);
     A->n = 0;
     A->longest = 0;
+    return warm;
 }
 
 /* Checks the pages holding block bytes [start, stop) (each once); -1 (error set) if one fails
@@ -585,7 +594,18 @@ typedef struct {
     int64_t *seen, *bytes;  /* per run: blocks searched and their bytes */
     int64_t *size;          /* per run: its file's size, read once a probe (-1: not yet) */
     Ahead ahead;
+    int advise;  /* ask for what the probe reads ahead of reading it (the cache may be cold) */
+    int warm;    /* advice found the first range asked for in memory: the cache is warm */
 } Probe;
+
+/* Asks for the ranges gathered (``ahead_flush``) if the probe advises, else drops them: on a warm
+ * cache the advice, and the mincore that tells it is warm, cost a probe more than they save. */
+static void advise(Probe *P) {
+    if (P->advise)
+        P->warm |= ahead_flush(&P->ahead);
+    else
+        P->ahead.n = P->ahead.longest = 0;
+}
 
 static void free_probe(Probe *P) {
     for (Py_ssize_t k = 0; k < P->ncand; k++) {
@@ -636,22 +656,27 @@ static uint64_t key_hash(const Key *k, int text) {
     return mix64(p);
 }
 
-/* Whether block ``blk`` of run ``i`` may hold the key of hash ``h``: 0 only if its filter says
- * so, read after checking the sum of the 64-byte unit it reads. No filter, one that does not fit
- * the file, or a unit that fails its sum: 1 (the block is searched, and checked). */
-static int may_hold(Probe *P, Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t h) {
+/* The filter unit a key of hash ``h`` reads for block ``blk`` of run ``i``, and (``index``) its
+ * index among the run's units, the seed of its sum; NULL if the run has no filters or this one
+ * does not fit its file. */
+static const uint8_t *filter_unit(Probe *P, Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t h, uint64_t *index) {
     Run *r = &runs[i];
     if (!r->filters)
-        return 1;
+        return NULL;
     const uint8_t *at = r->filter_at.buf;
     int64_t start = ldi64(at), lo = ldi64(at + 8 * blk), hi = ldi64(at + 8 * blk + 8), size;
     Error ignored = {0};
     if (start < 0 || lo < start || hi <= lo || (hi - lo) % FILTER_UNIT || (lo - start) % FILTER_UNIT ||
         file_size(P, runs, i, 0, &ignored, &size) < 0 || hi > size)
-        return 1;
+        return NULL;
     uint64_t units = (uint64_t)(hi - lo) / FILTER_UNIT, unit = ((h >> 32) * units) >> 32;
-    const uint8_t *bits = (const uint8_t *)r->map.buf + lo + unit * FILTER_UNIT;
-    uint64_t index = (uint64_t)(lo - start) / FILTER_UNIT + unit;  /* among the run's units: the sum's seed */
+    *index = (uint64_t)(lo - start) / FILTER_UNIT + unit;
+    return (const uint8_t *)r->map.buf + lo + unit * FILTER_UNIT;
+}
+
+/* Whether the key of hash ``h`` may be in the block whose filter unit ``index`` is ``bits``: 0 only
+ * if the unit, its sum checked first, says not (a unit that fails its sum is not trusted). */
+static int unit_may_hold(const uint8_t *bits, uint64_t index, uint64_t h) {
     if ((uint32_t)XXH3_64bits_withSeed(bits, FILTER_UNIT - FILTER_SUM, index) != ld32(bits + FILTER_UNIT - FILTER_SUM))
         return 1;
     uint64_t second = mix64(h);
@@ -663,33 +688,63 @@ static int may_hold(Probe *P, Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t 
     return 1;
 }
 
-/* The live blocks of each run whose key range holds ``key`` (read_plan.plan's choice). */
+/* Whether block ``blk`` of run ``i`` may hold the key of hash ``h`` (``unit_may_hold``; 1 without a filter). */
+static int may_hold(Probe *P, Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t h) {
+    uint64_t index = 0;
+    const uint8_t *bits = filter_unit(P, runs, i, blk, h, &index);
+    return bits == NULL || unit_may_hold(bits, index, h);
+}
+
+/* The blocks of run ``r`` whose key range holds ``key``: [*start, *stop) of section ``s``
+ * (read_plan.plan's choice, before max_exp and filters); 0 if none. */
+static int key_range(const Run *r, Py_ssize_t s, const Key *key, Py_ssize_t *start, Py_ssize_t *stop) {
+    Py_ssize_t nblocks = r->blocks.len / ENTRY_BYTES;
+    Py_ssize_t a = ldi64((uint8_t *)r->sections.buf + 8 * s), b = ldi64((uint8_t *)r->sections.buf + 8 * s + 8);
+    if (a < r->first_live) a = r->first_live;
+    if (b > nblocks) b = nblocks;
+    if (a >= b)
+        return 0;
+    *start = bisect(r, 1, a, b, key, 0);
+    *stop = bisect(r, 0, a, b, key, 1);
+    return *start < *stop;
+}
+
+/* The live blocks of each run whose key range holds ``key`` and whose key filter does not rule it
+ * out. The filter units are asked for first, all at once, so that on a cold cache the runs'
+ * filters are read in parallel, not one after another. */
 static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t as_of, int text, Error *err) {
-    Py_ssize_t cap = 0;
-    uint64_t h = key_hash(key, text);
-    for (Py_ssize_t i = 0; i < nruns; i++) {
-        Run *r = &runs[i];
-        if (r->max_exp <= as_of)
-            continue;
-        Py_ssize_t nblocks = r->blocks.len / ENTRY_BYTES, nsec = r->sections.len / 8;
-        for (Py_ssize_t s = 0; s + 1 < nsec; s++) {
-            Py_ssize_t a = ldi64((uint8_t *)r->sections.buf + 8 * s), b = ldi64((uint8_t *)r->sections.buf + 8 * s + 8);
-            if (a < r->first_live) a = r->first_live;
-            if (b > nblocks) b = nblocks;
-            if (a >= b)
+    Py_ssize_t cap = 0, start, stop;
+    uint64_t h = key_hash(key, text), index;
+    for (int pass = !P->advise; pass < 2; pass++) {
+        for (Py_ssize_t i = 0; i < nruns; i++) {
+            Run *r = &runs[i];
+            if (r->max_exp <= as_of)
                 continue;
-            Py_ssize_t start = bisect(r, 1, a, b, key, 0), stop = bisect(r, 0, a, b, key, 1);
-            for (Py_ssize_t blk = start; blk < stop; blk++) {
-                Entry e = entry_at(r->blocks.buf, blk);
-                if (e.max_exp <= as_of || !may_hold(P, runs, i, blk, h))
+            for (Py_ssize_t s = 0; s + 1 < r->sections.len / 8; s++) {
+                if (!key_range(r, s, key, &start, &stop))
                     continue;
-                if (grow(&P->cand, P->ncand, &cap, sizeof(Candidate), err) < 0)
-                    return -1;
-                P->cand[P->ncand++] = (Candidate){.run = i, .index = blk, .e = e};
-                P->seen[i]++;
-                P->bytes[i] += e.length;
+                for (Py_ssize_t blk = start; blk < stop; blk++) {
+                    Entry e = entry_at(r->blocks.buf, blk);
+                    if (e.max_exp <= as_of)
+                        continue;
+                    if (pass == 0) {  /* ask for the filter unit */
+                        const uint8_t *bits = filter_unit(P, runs, i, blk, h, &index);
+                        if (bits != NULL && ahead_add(&P->ahead, bits, bits + FILTER_UNIT, err) < 0)
+                            return -1;
+                        continue;
+                    }
+                    if (!may_hold(P, runs, i, blk, h))
+                        continue;
+                    if (grow(&P->cand, P->ncand, &cap, sizeof(Candidate), err) < 0)
+                        return -1;
+                    P->cand[P->ncand++] = (Candidate){.run = i, .index = blk, .e = e};
+                    P->seen[i]++;
+                    P->bytes[i] += e.length;
+                }
             }
         }
+        if (pass == 0)
+            advise(P);
     }
     return 0;
 }
@@ -741,7 +796,7 @@ static int prepare(Probe *P, Run *runs, const Layout *L, const Key *key, Error *
                 return -1;
         }
     }
-    ahead_flush(&P->ahead);
+    advise(P);
     return 0;
 }
 
@@ -788,7 +843,7 @@ static int search_blocks(Probe *P, const Layout *L, const Key *key, Error *err) 
                 return -1;
         }
     }
-    ahead_flush(&P->ahead);
+    advise(P);
     return 0;
 }
 
@@ -871,7 +926,7 @@ static int batch_block(Batch *B, Run *runs, Py_ssize_t i, Py_ssize_t blk, const 
     if (B->advise) {
         if (ahead_add(&P->ahead, C->b.p, C->b.p + e.length, err) < 0)
             return -1;
-        ahead_flush(&P->ahead);
+        advise(P);
     }
     if (r->have_sums) {
         uint64_t npages = ((uint64_t)e.length + PAGE - 1) / PAGE;
@@ -1118,7 +1173,19 @@ typedef struct {
     Py_ssize_t nruns;
     Layout L;
     Py_buffer kind_buf, width_buf;
+    /* whether the set's last probe met a cold cache (or none has run yet): the next one advises.
+     * A probe that advises and finds its first page in memory clears it; one that takes longer
+     * than COLD_PROBE_NS (a disk read) sets it. Shared by threads: a hint, races are harmless. */
+    volatile int cold;
 } RunSet;
+
+#define COLD_PROBE_NS 50000
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 #define RUNSET "ebb.point_probe.RunSet"
 
@@ -1198,6 +1265,7 @@ static PyObject *run_set(PyObject *self, PyObject *args) {
         }
     }
     Py_DECREF(seq);
+    S->cold = 1;
     PyObject *capsule = PyCapsule_New(S, RUNSET, destroy_runset);
     if (capsule == NULL)
         goto fail;
@@ -1280,9 +1348,15 @@ static PyObject *probe(PyObject *self, PyObject *args) {
     }
     if (start_probe(S, &P) == 0) {
         int ok;
+        P.advise = S->cold;
         Py_BEGIN_ALLOW_THREADS  /* the caller's reference keeps the set, and so its maps, alive */
+        int64_t t0 = now_ns();
         ok = plan(&P, S->runs, S->nruns, key, as_of, L->text_key, &err) == 0 && prepare(&P, S->runs, L, key, &err) == 0 &&
              search_blocks(&P, L, key, &err) == 0 && collect(&P, L, as_of, &err) == 0;
+        if (now_ns() - t0 > COLD_PROBE_NS)
+            S->cold = 1;
+        else if (P.warm)
+            S->cold = 0;
         Py_END_ALLOW_THREADS
         result = ok ? result_of(S, &P) : raise(&err);
     }
@@ -1321,6 +1395,7 @@ static PyObject *probe_many(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
     } else if (start_probe(S, &B.P) == 0) {
         int ok;
+        B.P.advise = 1;  /* a batch reads much of a block (B.advise) or pays little for the advice */
         Py_BEGIN_ALLOW_THREADS
         ok = batch_probe(&B, S->runs, S->nruns, &S->L, &K, as_of, &err) == 0;
         Py_END_ALLOW_THREADS
@@ -1402,6 +1477,9 @@ PyMODINIT_FUNC PyInit__point_probe(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+#ifdef HAVE_PROCESS_MADVISE
+    pthread_atfork(NULL, NULL, forked_child);
+#endif
     BlockError = PyErr_NewException("_point_probe.BlockError", NULL, NULL);
     if (BlockError == NULL || PyModule_AddObject(m, "BlockError", BlockError) < 0) {
         Py_XDECREF(BlockError);
