@@ -14,8 +14,9 @@ checks the 64 bytes it reads, not a page. A key's 64-bit hash (``key_hashes``) p
 its high 32 bits and ``PROBES`` bits in it from successive 9-bit fields of a second mix of the
 hash; the key may be in the block only if all are set. A unit that fails its sum is never
 trusted: the block is searched. The filters of a run's blocks follow its last block, from the
-next page boundary, in block order. storage/native/point_probe.c computes the same hash and bits
-and reads the filters through the run's map.
+next page boundary, in block order. A process that probes reads a run's filters once, into
+memory (``point_probe.RunArrays``, within the metadata cache's budget); storage/native/point_probe.c
+computes the same hash and bits.
 """
 
 from __future__ import annotations

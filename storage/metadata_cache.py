@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Callable
 
 import numpy as np
+import pyarrow as pa
 
 from .manifest import read_page_sums, read_run
 from .point_probe import RunArrays
@@ -51,12 +53,14 @@ class MetadataCache:
         self._put(("sums", name), sums, 64 + (sums.nbytes if sums is not None else 0))
         return sums
 
-    def run_arrays(self, txn, name: str) -> RunArrays:
-        """What a native point probe needs of run ``name`` (an int64-keyed archive's run)."""
+    def run_arrays(self, txn, name: str, read_filters: Callable[[RunDescriptor], pa.Buffer | None]) -> RunArrays:
+        """What a native point probe needs of run ``name``: its descriptor's arrays, its page
+        sums, and its key filters (``read_filters`` reads them from the run file)."""
         hit = self._get(("arrays", name))
         if hit is not None:
             return hit[0]
-        arrays = RunArrays.of(self.descriptor(txn, name), self.page_sums(txn, name))
+        desc = self.descriptor(txn, name)
+        arrays = RunArrays.of(desc, self.page_sums(txn, name), read_filters(desc))
         self._put(("arrays", name), arrays, arrays.nbytes)
         return arrays
 

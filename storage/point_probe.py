@@ -103,21 +103,31 @@ class RunArrays:
     sums: np.ndarray | None  # uint32 page sums (None: written without them; blocks are checked whole)
     first_at: np.ndarray | None = None  # text keys: int64 offsets of each block's first key, then the end
     last_at: np.ndarray | None = None
-    filter_at: np.ndarray | None = None  # where each block's key filter starts in the file, then the end
+    # the run's key filters, read once into memory (``key_filter``: about 1.25 bytes a record): a
+    # probe then checks a filter of every run without a system call (a map would need the file's
+    # size checked first, an fstat a run); and where each block's starts in them, then the end
+    filters: np.ndarray | None = None
+    filter_at: np.ndarray | None = None
 
     @staticmethod
-    def of(desc: RunDescriptor, sums: np.ndarray | None) -> "RunArrays":
+    def of(desc: RunDescriptor, sums: np.ndarray | None, filters: pa.Buffer | None = None) -> "RunArrays":
+        """The arrays of run ``desc``, with its page ``sums`` and its key ``filters`` (the bytes
+        from ``desc.filter_offset`` to the end of its file; None: not used)."""
         common = (desc.blocks, np.array(desc.section_bounds, np.int64), desc.page_start.astype(np.int64, copy=False), sums)
+        kept = None
+        if filters is not None and desc.filter_at is not None:
+            kept = (np.frombuffer(filters, np.uint8), desc.filter_at - desc.filter_offset)
         if desc.first_keys and type(desc.first_keys[0]) is str:
             (first, first_at), (last, last_at) = _packed(desc.first_keys), _packed(desc.last_keys)
-            return RunArrays(first, last, *common, first_at, last_at, desc.filter_at)
+            return RunArrays(first, last, *common, first_at, last_at, *(kept or (None, None)))
         return RunArrays(np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64), *common,
-                         filter_at=desc.filter_at)
+                         None, None, *(kept or (None, None)))
 
     @property
     def nbytes(self) -> int:
         return 200 + sum(a.nbytes for a in (self.first_keys, self.last_keys, self.blocks, self.sections, self.page_start,
-                                             self.sums, self.first_at, self.last_at, self.filter_at) if a is not None)
+                                             self.sums, self.first_at, self.last_at, self.filters, self.filter_at)
+                         if a is not None)
 
 
 def _packed(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -155,7 +165,8 @@ class ProbeRuns:
         """``runs`` with their mapped files, arrays and (max_exp, first_live), for ``schema`` (the
         archive schema), stored as ``layout`` says."""
         args = [(*src.native(), max_exp, first_live, a.first_keys, a.last_keys, a.blocks, a.sections, a.page_start,
-                 a.sums, a.first_at, a.last_at, a.filter_at) for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
+                 a.sums, a.first_at, a.last_at, a.filter_at, a.filters)
+                for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
         return ProbeRuns(runs, sources, _point_probe.run_set(args, layout.kinds, layout.widths, layout.key,
                                                              layout.ts, layout.exp, layout.returned),
                          schema.empty_table())

@@ -8,6 +8,7 @@ tasks; ``read`` executes one. Opening a snapshot takes no lock and never waits f
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 import numpy as np
@@ -52,6 +53,17 @@ def key_array(keys, key_type: pa.DataType) -> np.ndarray:
     if values.null_count:
         raise ReadError("probe keys cannot be null")
     return np.unique(values.to_numpy(zero_copy_only=False))
+
+
+def _filters(files, what: str, desc: RunDescriptor) -> pa.Buffer | None:
+    """The key filters of run ``desc`` (from ``desc.filter_offset`` to the end of its file), read
+    from ``files`` (``OpenFiles``); None if it has none. CorruptionError naming ``what`` if the
+    file ends before them, DataIOError if it cannot be read (``files.read_exact``)."""
+    at = desc.filter_at
+    if at is None:
+        return None
+    return files.source(desc.name, sequential=False).read(int(at[0]), int(at[-1] - at[0]),
+                                                           f"{what}, run {desc.name}, key filters")
 
 
 class Snapshot:
@@ -282,7 +294,8 @@ class Snapshot:
             for run in sub.runs:
                 runs.append(RunToProbe(i, where(i, draining), run.name))
                 maps.append(files.mapped(run.name))
-                arrays.append(meta.run_arrays(self.txn, run.name))
+                what = f"archive {self._archive.path}, {where(i, draining)}"
+                arrays.append(meta.run_arrays(self.txn, run.name, functools.partial(_filters, files, what)))
                 live.append((run.max_exp, run.first_live))
         found = ProbeRuns.of(runs, maps, arrays, live, layout, self.schema)
         if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit:

@@ -39,8 +39,10 @@ DROP_STEP_BYTES = 2 << 20
 
 # -- metadata -------------------------------------------------------------------------------------------
 # Parsed run metadata an archive keeps across snapshots (metadata_cache): bounded in bytes so memory does
-# not grow with the archive; LevelDB's block cache is 8 MB, and ours holds only metadata.
-METADATA_CACHE_BYTES = 4 << 20
+# not grow with the archive; LevelDB's block cache is 8 MB, RocksDB's 32 MB, and ours holds only metadata:
+# descriptors (~80 bytes a block), page sums (4 bytes a 4 KiB page) and the point probes' key filters
+# (~1.25 bytes a record), which a run set must hold whole to be kept: 16 MiB holds those of ~10M records.
+METADATA_CACHE_BYTES = 16 << 20
 # A metadata file (index/data.mdb) up to this size (about 50 GB live) is read ahead whole when opened,
 # so a cold start finds the state and run descriptors in memory by its first read (lmdb_env).
 METADATA_READ_AHEAD_BYTES = 64 << 20

@@ -497,17 +497,17 @@ static int key_rows(Block *b, const Layout *L, const Column *cols, uint32_t rows
 /* -- the runs ---------------------------------------------------------------------------------- */
 /* What the caller passes for each run (a tuple built by point_probe.ProbeRuns.of), as buffers. */
 typedef struct {
-    Py_buffer map, first, last, blocks, sections, page_start, sums, first_at, last_at, filter_at;
+    Py_buffer map, first, last, blocks, sections, page_start, sums, first_at, last_at, filter_at, filter_bytes;
     int have_map, have_sums, nbuf, text;  /* text: first and last are bytes, first_at and last_at their int64 offsets */
-    int filters;  /* filter_at: where each block's key filter starts in the file, then where the last ends */
+    int filters;  /* filter_bytes: the run's key filters (in memory); filter_at: where each block's starts, then the end */
     int fd;
     int64_t max_exp, first_live;
 } Run;
 
 static void release_run(Run *r) {
     Py_buffer *all[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums, &r->first_at,
-                        &r->last_at, &r->filter_at};
-    for (int i = 0; i < 9; i++)
+                        &r->last_at, &r->filter_at, &r->filter_bytes};
+    for (int i = 0; i < 10; i++)
         if (all[i]->obj != NULL)  /* acquired */
             PyBuffer_Release(all[i]);
     if (r->have_map)
@@ -516,21 +516,22 @@ static void release_run(Run *r) {
 
 static int open_run(PyObject *t, Run *r) {
     PyObject *map, *first, *last, *blocks, *sections, *page_start, *sums, *first_at = Py_None, *last_at = Py_None,
-             *filter_at = Py_None;
+             *filter_at = Py_None, *filter_bytes = Py_None;
     long long max_exp, first_live;
     memset(r, 0, sizeof *r);
-    if (!PyArg_ParseTuple(t, "OiLLOOOOOO|OOO", &map, &r->fd, &max_exp, &first_live, &first, &last, &blocks, &sections,
-                          &page_start, &sums, &first_at, &last_at, &filter_at))
+    if (!PyArg_ParseTuple(t, "OiLLOOOOOO|OOOO", &map, &r->fd, &max_exp, &first_live, &first, &last, &blocks, &sections,
+                          &page_start, &sums, &first_at, &last_at, &filter_at, &filter_bytes))
         return -1;
     r->max_exp = max_exp;
     r->first_live = first_live;
     r->have_sums = sums != Py_None;
     r->text = first_at != Py_None;
-    r->filters = filter_at != Py_None;
-    PyObject *objs[] = {first, last, blocks, sections, page_start, sums, first_at, last_at, r->filters ? filter_at : Py_None};
+    r->filters = filter_at != Py_None && filter_bytes != Py_None;
+    PyObject *objs[] = {first, last, blocks, sections, page_start, sums, first_at, last_at,
+                        r->filters ? filter_at : Py_None, r->filters ? filter_bytes : Py_None};
     Py_buffer *bufs[] = {&r->first, &r->last, &r->blocks, &r->sections, &r->page_start, &r->sums, &r->first_at,
-                         &r->last_at, &r->filter_at};
-    for (int i = 0; i < 9; i++)
+                         &r->last_at, &r->filter_at, &r->filter_bytes};
+    for (int i = 0; i < 10; i++)
         if (objs[i] != Py_None && PyObject_GetBuffer(objs[i], bufs[i], PyBUF_C_CONTIGUOUS) < 0)
             return -1;
     if (map != Py_None) {
@@ -657,21 +658,18 @@ static uint64_t key_hash(const Key *k, int text) {
 }
 
 /* The filter unit a key of hash ``h`` reads for block ``blk`` of run ``i``, and (``index``) its
- * index among the run's units, the seed of its sum; NULL if the run has no filters or this one
- * does not fit its file. */
-static const uint8_t *filter_unit(Probe *P, Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t h, uint64_t *index) {
-    Run *r = &runs[i];
+ * index among the run's units, the seed of its sum; NULL if the run has no filters or this
+ * block's do not fit them. */
+static const uint8_t *filter_unit(const Run *r, Py_ssize_t blk, uint64_t h, uint64_t *index) {
     if (!r->filters)
         return NULL;
     const uint8_t *at = r->filter_at.buf;
-    int64_t start = ldi64(at), lo = ldi64(at + 8 * blk), hi = ldi64(at + 8 * blk + 8), size;
-    Error ignored = {0};
-    if (start < 0 || lo < start || hi <= lo || (hi - lo) % FILTER_UNIT || (lo - start) % FILTER_UNIT ||
-        file_size(P, runs, i, 0, &ignored, &size) < 0 || hi > size)
+    int64_t lo = ldi64(at + 8 * blk), hi = ldi64(at + 8 * blk + 8);
+    if (lo < 0 || hi <= lo || hi > r->filter_bytes.len || (hi - lo) % FILTER_UNIT || lo % FILTER_UNIT)
         return NULL;
     uint64_t units = (uint64_t)(hi - lo) / FILTER_UNIT, unit = ((h >> 32) * units) >> 32;
-    *index = (uint64_t)(lo - start) / FILTER_UNIT + unit;
-    return (const uint8_t *)r->map.buf + lo + unit * FILTER_UNIT;
+    *index = (uint64_t)lo / FILTER_UNIT + unit;
+    return (const uint8_t *)r->filter_bytes.buf + lo + unit * FILTER_UNIT;
 }
 
 /* Whether the key of hash ``h`` may be in the block whose filter unit ``index`` is ``bits``: 0 only
@@ -689,9 +687,9 @@ static int unit_may_hold(const uint8_t *bits, uint64_t index, uint64_t h) {
 }
 
 /* Whether block ``blk`` of run ``i`` may hold the key of hash ``h`` (``unit_may_hold``; 1 without a filter). */
-static int may_hold(Probe *P, Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t h) {
+static int may_hold(const Run *r, Py_ssize_t blk, uint64_t h) {
     uint64_t index = 0;
-    const uint8_t *bits = filter_unit(P, runs, i, blk, h, &index);
+    const uint8_t *bits = filter_unit(r, blk, h, &index);
     return bits == NULL || unit_may_hold(bits, index, h);
 }
 
@@ -709,42 +707,28 @@ static int key_range(const Run *r, Py_ssize_t s, const Key *key, Py_ssize_t *sta
     return *start < *stop;
 }
 
-/* The live blocks of each run whose key range holds ``key`` and whose key filter does not rule it
- * out. The filter units are asked for first, all at once, so that on a cold cache the runs'
- * filters are read in parallel, not one after another. */
+/* The live blocks of each run whose key range holds ``key`` and whose key filter does not rule it out. */
 static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t as_of, int text, Error *err) {
     Py_ssize_t cap = 0, start, stop;
-    uint64_t h = key_hash(key, text), index;
-    for (int pass = !P->advise; pass < 2; pass++) {
-        for (Py_ssize_t i = 0; i < nruns; i++) {
-            Run *r = &runs[i];
-            if (r->max_exp <= as_of)
+    uint64_t h = key_hash(key, text);
+    for (Py_ssize_t i = 0; i < nruns; i++) {
+        Run *r = &runs[i];
+        if (r->max_exp <= as_of)
+            continue;
+        for (Py_ssize_t s = 0; s + 1 < r->sections.len / 8; s++) {
+            if (!key_range(r, s, key, &start, &stop))
                 continue;
-            for (Py_ssize_t s = 0; s + 1 < r->sections.len / 8; s++) {
-                if (!key_range(r, s, key, &start, &stop))
+            for (Py_ssize_t blk = start; blk < stop; blk++) {
+                Entry e = entry_at(r->blocks.buf, blk);
+                if (e.max_exp <= as_of || !may_hold(r, blk, h))
                     continue;
-                for (Py_ssize_t blk = start; blk < stop; blk++) {
-                    Entry e = entry_at(r->blocks.buf, blk);
-                    if (e.max_exp <= as_of)
-                        continue;
-                    if (pass == 0) {  /* ask for the filter unit */
-                        const uint8_t *bits = filter_unit(P, runs, i, blk, h, &index);
-                        if (bits != NULL && ahead_add(&P->ahead, bits, bits + FILTER_UNIT, err) < 0)
-                            return -1;
-                        continue;
-                    }
-                    if (!may_hold(P, runs, i, blk, h))
-                        continue;
-                    if (grow(&P->cand, P->ncand, &cap, sizeof(Candidate), err) < 0)
-                        return -1;
-                    P->cand[P->ncand++] = (Candidate){.run = i, .index = blk, .e = e};
-                    P->seen[i]++;
-                    P->bytes[i] += e.length;
-                }
+                if (grow(&P->cand, P->ncand, &cap, sizeof(Candidate), err) < 0)
+                    return -1;
+                P->cand[P->ncand++] = (Candidate){.run = i, .index = blk, .e = e};
+                P->seen[i]++;
+                P->bytes[i] += e.length;
             }
         }
-        if (pass == 0)
-            advise(P);
     }
     return 0;
 }
@@ -966,7 +950,7 @@ static int batch_key(Batch *B, Run *runs, Py_ssize_t nruns, const Layout *L, con
             Py_ssize_t start = bisect(r, 1, a, b, key, 0), stop = bisect(r, 0, a, b, key, 1);
             for (Py_ssize_t blk = start; blk < stop; blk++) {
                 Candidate *C = NULL;
-                if (entry_at(r->blocks.buf, blk).max_exp <= as_of || !may_hold(P, runs, i, blk, h))
+                if (entry_at(r->blocks.buf, blk).max_exp <= as_of || !may_hold(r, blk, h))
                     continue;
                 if (batch_block(B, runs, i, blk, L, err, &C) < 0)
                     return -1;
