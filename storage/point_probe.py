@@ -29,7 +29,7 @@ else:
         from . import _point_probe
     except ImportError:  # not built (installed without a C compiler): point probes take the planned read
         _point_probe = None
-from .disk_format import native_constants, visible_columns
+from .disk_format import BLOCK, PAGE_SUM, native_constants, page_count, visible_columns
 from .errors import CorruptionError, DataIOError
 from .run_descriptor import RunDescriptor
 
@@ -113,15 +113,21 @@ class RunArrays:
     def of(desc: RunDescriptor, sums: np.ndarray | None, filters: pa.Buffer | None = None) -> "RunArrays":
         """The arrays of run ``desc``, with its page ``sums`` and its key ``filters`` (the bytes
         from ``desc.filter_offset`` to the end of its file; None: not used)."""
-        common = (desc.blocks, np.array(desc.section_bounds, np.int64), desc.page_start.astype(np.int64, copy=False), sums)
-        kept = None
-        if filters is not None and desc.filter_at is not None:
-            kept = (np.frombuffer(filters, np.uint8), desc.filter_at - desc.filter_offset)
-        if desc.first_keys and type(desc.first_keys[0]) is str:
-            (first, first_at), (last, last_at) = _packed(desc.first_keys), _packed(desc.last_keys)
-            return RunArrays(first, last, *common, first_at, last_at, *(kept or (None, None)))
-        return RunArrays(np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64), *common,
-                         None, None, *(kept or (None, None)))
+        at = None if filters is None or desc.filter_at is None else desc.filter_at - desc.filter_offset
+        return RunArrays.build(desc.first_keys, desc.last_keys, desc.blocks, np.array(desc.section_bounds, np.int64),
+                               desc.page_start.astype(np.int64, copy=False), sums, filters if at is not None else None, at)
+
+    @staticmethod
+    def build(first_keys: list | tuple, last_keys: list | tuple, blocks: np.ndarray, sections: np.ndarray,
+              page_start: np.ndarray, sums: np.ndarray | None, filters: pa.Buffer | None,
+              filter_at: np.ndarray | None) -> "RunArrays":
+        """The arrays of blocks ``blocks`` (BLOCK entries) with their first and last keys."""
+        kept = (None, None) if filters is None else (np.frombuffer(filters, np.uint8), np.asarray(filter_at, np.int64))
+        if first_keys and type(first_keys[0]) is str:
+            (first, first_at), (last, last_at) = _packed(list(first_keys)), _packed(list(last_keys))
+            return RunArrays(first, last, blocks, sections, page_start, sums, first_at, last_at, *kept)
+        return RunArrays(np.array(first_keys, np.int64), np.array(last_keys, np.int64), blocks, sections, page_start, sums,
+                         None, None, *kept)
 
     @property
     def nbytes(self) -> int:
@@ -219,3 +225,28 @@ def _result(runs: ProbeRuns, schema: pa.Schema, what: str, call, *args) -> tuple
         return runs.empty, searched
     batch = pa.record_batch(_NativeBatch(schema, capsule))  # takes over the native allocation
     return pa.Table.from_batches([batch]), searched
+
+
+def probe_task(task, files, physical: pa.Schema, key: str, ts: str, exp: str, what: str) -> pa.Table:
+    """The rows of ``task`` (a ``read_plan.ReadTask`` of a batch probe: ``task.batch``), its keys
+    searched by ``probe_many`` in one native call over the task's blocks of its run, which
+    ``files`` (``OpenFiles``) holds: for a process with only the data files (a Spark executor).
+    The archive schema's columns; ordered by (key, exp, ts)."""
+    batch = task.batch
+    blocks = np.array([tuple(e) for e in task.blocks], BLOCK)
+    slot = blocks["slot"]
+    sections = np.concatenate([[0], np.flatnonzero(np.diff(slot)) + 1, [slot.size]]).astype(np.int64)
+    page_start = np.concatenate([[0], np.cumsum(page_count(blocks["length"].astype(np.int64)))]).astype(np.int64)
+    sums = np.frombuffer(b"".join(task.page_sums), PAGE_SUM)
+    filters = None
+    if batch.filter_at is not None:
+        filters = files.source(task.file, sequential=False).read(batch.filter_offset, batch.filter_bytes,
+                                                                 f"{what}, run {task.file}, key filters")
+    arrays = RunArrays.build(batch.first_keys, batch.last_keys, blocks, sections, page_start, sums, filters, batch.filter_at)
+    layout = ColumnLayout.of(physical, key, ts, exp)
+    schema = pa.schema(list(physical)[:visible_columns(len(physical))])
+    runs = ProbeRuns.of([RunToProbe(task.subindex, task.where, task.file)], [files.mapped(task.file)], [arrays],
+                        [(int(blocks["max_exp"].max()), 0)], layout, schema)
+    keys = [lo for lo, _ in task.key_ranges]
+    keys = np.array(keys, object) if layout.text_key else np.array(keys, np.int64)
+    return probe_many(runs, keys, task.as_of, schema, what)[0]

@@ -17,7 +17,7 @@ from .manifest import ArchiveState, SubIndexState
 from .disk_format import BlockEntry
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
-from .tuning import SCAN_TASK_BYTES
+from .tuning import BATCH_PROBE_KEYS, SCAN_TASK_BYTES
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,20 @@ ReadRequest = Probe | KeyRange | Scan
 
 
 @dataclass(frozen=True)
+class BatchProbe:
+    """What the native batch probe (``point_probe.probe_task``) needs of a task's run beyond its
+    blocks: each block's first and last key, and where the run's key filters are (None: written
+    without them): the region's offset and length in the file, and each task block's filter
+    within it, then the end."""
+
+    first_keys: tuple
+    last_keys: tuple
+    filter_offset: int | None = None
+    filter_bytes: int = 0
+    filter_at: tuple | None = None
+
+
+@dataclass(frozen=True)
 class ReadTask:
     """Blocks of one run file to read and how to filter them. Picklable, so that a Spark task
     can execute it on an executor that mounts the archive's data directory."""
@@ -60,6 +74,9 @@ class ReadTask:
     # the archive columns the run's blocks hold, if fewer than the read's schema (a run written
     # before a load added columns): the reader adds the others as nulls
     columns: int | None = None
+    # a probe of many keys: every live block of the run, for the native batch probe (None: planned
+    # key by key). Its blocks run from the run's first live one to its last, in file order.
+    batch: BatchProbe | None = None
 
     @property
     def where(self) -> str:
@@ -83,8 +100,9 @@ class ReadTask:
         return [self.part(x, y) for x, y in zip(cuts, cuts[1:])]
 
     def part(self, start: int, stop: int) -> "ReadTask":
-        """Blocks [start, stop) of this task, with their page sums."""
-        return replace(self, blocks=self.blocks[start:stop], page_sums=self.page_sums[start:stop])
+        """Blocks [start, stop) of this task, with their page sums (a batch probe's part is
+        planned key by key)."""
+        return replace(self, blocks=self.blocks[start:stop], page_sums=self.page_sums[start:stop], batch=None)
 
 
 def where(subindex: int, draining: int) -> str:
@@ -116,6 +134,11 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                 continue
             desc = descriptor(run.name)
             columns = None if desc.schema == schemas.current else schemas.columns(desc.schema)
+            if isinstance(request, Probe) and len(ranges) >= BATCH_PROBE_KEYS and columns is None and page_sums is not None:
+                task = _batch_task(desc, run.first_live, page_sums(run.name), i, layout, as_of, ranges)
+                if task is not None:
+                    tasks.append(task)
+                    continue
             if ranges:
                 idx = desc.key_blocks(*ranges[0], run.first_live)
                 if len(ranges) > 1:
@@ -132,6 +155,23 @@ def plan(state: ArchiveState, descriptor: Callable[[str], RunDescriptor], reques
                 tasks += [ReadTask(i, run.name, part, as_of, (), layout, (), columns)
                           for part in _split(blocks, SCAN_TASK_BYTES)]
     return tasks
+
+
+def _batch_task(desc: RunDescriptor, first_live: int, sums: np.ndarray | None, subindex: int, layout: int, as_of: int,
+                ranges: tuple) -> "ReadTask | None":
+    """The one task of a batch probe in run ``desc``: its blocks from ``first_live`` on (the native
+    probe picks each key's, skipping expired ones); None if none is live at ``as_of``, or if the
+    run has no page sums (it is then planned key by key)."""
+    tail = desc.blocks[first_live:]
+    if sums is None or not (tail["max_exp"] > as_of).any():
+        return None
+    n = int(desc.blocks.size)
+    at = desc.filter_at
+    batch = BatchProbe(tuple(desc.first_keys[first_live:]), tuple(desc.last_keys[first_live:]), desc.filter_offset,
+                       0 if at is None else int(at[-1] - at[0]),
+                       None if at is None else tuple((at[first_live:] - at[0]).tolist()))
+    return ReadTask(subindex, desc.name, tuple(BlockEntry.all(tail)), as_of, ranges, layout,
+                    tuple(desc.block_sums(b, sums) for b in range(first_live, n)), None, batch)
 
 
 def sources(state: ArchiveState, subindices: list[int] | None) -> list[tuple[int, int, SubIndexState]]:

@@ -24,6 +24,7 @@ from .disk_format import METADATA_GUESS_BYTES, BlockEntry, visible_columns
 from .errors import CorruptionError
 from .files import OpenFiles
 from .page_check import decode_in_place, in_range, key_rows
+from .point_probe import ColumnLayout, probe_task
 from .read_plan import ReadTask
 from .schema import widen
 from .tuning import SPAN_BYTES
@@ -70,6 +71,9 @@ def execute(task: ReadTask, files: OpenFiles, schema: pa.Schema, key: str, ts: s
         schema = older_physical(schema, task.columns)
     visible = list(range(visible_columns(len(schema))))  # every column but the hidden ones
     where = f"{what}, run {task.file}"
+    if task.batch is not None and wanted is None and ColumnLayout.of(schema, key, ts, exp) is not None:
+        yield from probe_task(task, files, schema, key, ts, exp, what).to_batches()
+        return
     if task.keyed:
         blocks = _keyed(task, files, schema, key, where)
     else:

@@ -43,6 +43,12 @@ DROP_STEP_BYTES = 2 << 20
 # descriptors (~80 bytes a block), page sums (4 bytes a 4 KiB page) and the point probes' key filters
 # (~1.25 bytes a record), which a run set must hold whole to be kept: 16 MiB holds those of ~10M records.
 METADATA_CACHE_BYTES = 16 << 20
+
+# -- batch probes ----------------------------------------------------------------------------------------
+# A planned probe of at least this many keys (a Spark source's pushed IN list) becomes one task a run that
+# the native batch probe executes, each block read once for all its keys; fewer keys are planned key by key
+# (only the blocks whose key range holds one), which reads less for a handful of keys.
+BATCH_PROBE_KEYS = 64
 # A metadata file (index/data.mdb) up to this size (about 50 GB live) is read ahead whole when opened,
 # so a cold start finds the state and run descriptors in memory by its first read (lmdb_env).
 METADATA_READ_AHEAD_BYTES = 64 << 20

@@ -10,9 +10,11 @@ version reclaimed under a remote reader."""
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from decimal import Decimal
 
 import numpy as np
@@ -318,3 +320,40 @@ def test_the_native_module_refuses_another_format():
     changed = subprocess.run([sys.executable, "-c", "import ebb.storage.disk_format as f; f.FILTER_PROBES = 8; "
                               "import ebb.storage.point_probe"], capture_output=True, text=True)
     assert changed.returncode != 0 and "filter_probes: 7 here, 8 in Python" in changed.stderr, changed.stderr
+
+
+@pytest.mark.parametrize("text", [False, True])
+@pytest.mark.parametrize("mode", ["rebuild", "norebuild"])
+def test_a_planned_probe_of_many_keys_runs_as_one_batch_task_a_run(tmp_path, text, mode):
+    """A Probe of BATCH_PROBE_KEYS keys or more (a Spark source's pushed IN list) is planned as
+    one task a run that the native batch probe executes where only the data files are (as a
+    Spark executor does, ``read_unpinned``): the same rows as planning key by key and as the
+    oracle, at the last update and at a later instant (some blocks expired)."""
+    from ebb.storage.read_plan import Probe
+    from ebb.storage.snapshot import read_unpinned
+    from ebb.storage.tuning import BATCH_PROBE_KEYS
+
+    rng = np.random.default_rng(12)
+    arc = Archive.create(str(tmp_path / "a"), config(mode=mode, block_bytes=8 << 10))
+    oracle = Oracle()
+    for T in (16, 18, 20, 22):
+        rows = rich_rows(rng, 1500, T - 12, T, 14, 400, text)
+        oracle.load(rows, T)
+        arc.load(pa.Table.from_pylist(rows, TEXT_RICH if text else RICH), T)
+    keys = sorted({text_key(int(k)) if text else int(k) for k in rng.integers(-420, 420, 3 * BATCH_PROBE_KEYS)})
+    assert len(keys) >= BATCH_PROBE_KEYS
+    with arc.snapshot() as snap:
+        for as_of in (22, 27):
+            tasks = snap.plan(Probe(tuple(keys)), as_of)
+            assert tasks and all(t.batch is not None for t in tasks)
+            got = Counter()
+            for task in tasks:  # pickled, as Spark ships a partition
+                for b in read_unpinned(pickle.loads(pickle.dumps(task)), *snap.read_args()):
+                    got += rows_multiset(pa.Table.from_batches([b]))
+            want = sum((oracle.probe(k, as_of) for k in keys), Counter())
+            assert got == want, as_of
+            parts = [t.part(0, len(t.blocks)) for t in tasks]  # planned key by key (no batch)
+            assert all(p.batch is None for p in parts)
+            assert sum((rows_multiset(pa.Table.from_batches(list(snap.read(p)))) if p.blocks else Counter()
+                        for p in parts), Counter()) == want
+    arc.close()

@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException
 
 from ebb.query.reader import ArchiveReader
 from ebb.query.spark_source import EbbDataSource, _refuse_overwrite
-from ebb.storage.archive import Archive
+from ebb.storage.archive import Archive, open_readonly
 from ebb.storage.errors import ReadError, UsageError
 
 from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
@@ -161,6 +161,14 @@ def test_in_and_range_filters_are_probes(session, built, tmp_path):
         for k in keys:
             lib.probe(k)
         assert sum(x["blocks_read"] for x in _metrics(tmp_path / "in")) == lib.io.blocks_read
+
+    # an IN list of many keys: one task a run, each run's blocks searched by the native batch probe
+    many = list(range(0, 200, 2)) + [123456]
+    df = _df(session, path, metrics_dir=tmp_path / "many").filter(col("key").isin(many))
+    assert _rows(df) == sum((oracle.probe(k, last) for k in many), start=Counter())
+    with open_readonly(path) as arc, arc.snapshot() as snap:
+        runs = sum(len(sub.runs) for sub in snap.state.subindices)
+    assert len(_metrics(tmp_path / "many")) <= runs
 
     t = last + 2
     df = _df(session, path, metrics_dir=tmp_path / "rng", as_of=t).filter((col("key") > 20) & (col("key") <= 35))
