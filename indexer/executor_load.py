@@ -7,7 +7,7 @@ makes part k Spark partition k; the task of partition k writes part k's run into
 directory and returns a one-row result. The driver collects only those results and adopts them
 at the archive's single commit point (``PartsCommit``, a writer of ``storage.write_sequence``),
 with the scheduler's checkpoint, so a tick still commits exactly once. A failed, retried or
-speculative task leaves only unreferenced files, which recovery removes before the next update.
+speculative task leaves only unreferenced files, which recovery removes at the next update.
 """
 
 from __future__ import annotations

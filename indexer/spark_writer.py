@@ -50,7 +50,7 @@ from pyspark.sql.types import StructType
 
 from ..storage import write_sequence
 from ..storage.archive import Archive
-from ..storage.errors import ArchiveError
+from ..storage.errors import ArchiveError, UsageError
 from ..storage.iostats import proc_io
 from ..storage.partitioned_update import PartitionedUpdate, PartResult, PartsCommit, prepare
 from .executor_load import reported
@@ -79,13 +79,13 @@ def options_at(options: dict, streaming: bool) -> int | None:
     raw = options.get("at")
     if streaming:
         if raw not in (None, ""):
-            raise ValueError("option at is for batch writes: a streaming write loads each micro-batch "
+            raise UsageError("option at is for batch writes: a streaming write loads each micro-batch "
                              "at the next update time")
         return None
     try:
         return int(raw)
     except (TypeError, ValueError):
-        raise ValueError(f"option at (the update time, in chronons) is required and must be an integer, got {raw!r}: "
+        raise UsageError(f"option at (the update time, in chronons) is required and must be an integer, got {raw!r}: "
                          "df.write.format('ebb').option('at', T).mode('append').save(PATH)") from None
 
 

@@ -85,7 +85,7 @@ class ArchiveReader:
         """Reads now what the first point probe of the current version would: the block
         directory of every run (within the metadata cache's budget), and where each run file's
         blocks lie on disk. For a process that serves probes, called once after opening (the
-        Flight server does), as RocksDB's open reads each table's index and filter blocks; later
+        bench's stores do; the Flight server follows versions instead), as RocksDB's open reads each table's index and filter blocks; later
         versions are prepared by the update that commits them, or by their first probe."""
         with self.archive.snapshot() as snap:
             try:

@@ -5,7 +5,7 @@ every later snapshot and update. The cache is bounded in bytes, not in runs: a d
 with its run (about 80 bytes a block, and 4 bytes a 4 KiB page of page sums), so a bound on the
 number of runs would let the memory a process holds grow with the archive. Page sums, most of a
 descriptor's bytes, are cached apart: only probes use them, so scans and updates never load them.
-Point probes of int64 keys also keep each run's descriptor as contiguous arrays (``RunArrays``).
+Point probes also keep each run's descriptor as contiguous arrays, with its key filters (``RunArrays``).
 An entry larger than the whole budget is returned without being kept.
 """
 

@@ -41,15 +41,12 @@ from .maintenance import MaintenanceContext, RunSlice, SubIndexChange, key_order
 from .manifest import LiveRun, SubIndexState, read_schema_history, read_state
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
+from .tuning import PART_BYTES
 from .update import descriptor_reader, finish_update, input_table
 from .update_plan import UpdatePlan, plan_update, subindex_of_rows, touched
 from .validate import check_rows, conform_batch, conform_to, update_slot
 from .write_sequence import Staged, Writer, commit, durable
 
-# live bytes of a Rebuild sub-index one task rewrites: small enough that a thesis-large update
-# (7 touched sub-indices of ~300 MB) gives every core several parts, large enough that a part's
-# fixed cost (a task, a file, an fsync) stays small beside its I/O
-PART_BYTES = 128 << 20
 
 
 @dataclass

@@ -213,8 +213,8 @@ class Snapshot:
     def native_probe(self, key, as_of: int | None = None,
                      subindices: list[int] | None = None) -> tuple[pa.Table, list[tuple[int, int, int]]] | None:
         """``probe`` planned and read in one native call (``point_probe``); None where that path
-        does not apply (a string-keyed or empty archive, a key that is not an int64, the native
-        module not built, more runs than it may hold open at once, a run written before a load
+        does not apply (an empty archive, a key not of the key column's type, the native module
+        not built, more runs than it may hold open at once, a run written before a load
         added columns)."""
         t, state = self.version_at(as_of)
         layout = self._point_layout

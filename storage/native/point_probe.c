@@ -1,9 +1,10 @@
-/* Point probes of an integer key, executed in one call (ebb.storage._point_probe).
+/* Point probes of an int64 or string key, one key or many, executed in one call
+ * (ebb.storage._point_probe).
  *
  * A probe visits one or two blocks in each of a handful of runs. Driving that from Python costs
  * a few hundred interpreter calls, several times what the search itself costs, so this module
  * does the whole keyed read natively: it picks the blocks of each run that may hold the key
- * (the same choice as read_plan.plan), decodes each block's Arrow IPC metadata in place in the
+ * (the same choice as read_plan.plan, less those whose key filter rules the key out), decodes each block's Arrow IPC metadata in place in the
  * run file's memory map, checks the page sum of every page before using a byte of it (as
  * page_check does), finds the key's rows, keeps those valid at as_of, orders them by (exp, ts)
  * and copies them into one Arrow record batch that pyarrow imports through the C data interface
