@@ -56,6 +56,7 @@ LATENCY_BUDGET_S = 60.0
 LATENCY_MIN_PROBES = 1000  # (issue 25: p50 and p99 over at least 1,000 probes)
 LATENCY_MEASURED_PROBES = 200  # of them repeated through ``measure`` for the row's I/O and memory
 LATENCY_STREAM = 0x1A7  # Workload.random_keys stream of those probes' keys
+QUICK_LATENCY_PROBES = 100  # in the quick workload (CI's smoke run): enough to check the row, not a figure
 
 # per-operation counts a store or the runner supplies; empty where a store has none
 EXTRA_COLUMNS = (
@@ -254,7 +255,8 @@ def run(job: Job, job_file: str) -> None:
             if j in job.scan_slots:
                 res, s = measure(lambda: store.scan(at))
                 rec.row("scan", j, "warm", s, _read_extra(res, w))
-        extra, s = probe_latency(store, w, w.time_of(w.updates))
+        n = QUICK_LATENCY_PROBES if job.workload == "quick" else LATENCY_PROBES
+        extra, s = probe_latency(store, w, w.time_of(w.updates), n)
         rec.row("probe_latency", w.updates, "warm", s, extra, progress=False)  # not one of the plan's operations
     finally:
         store.close()
