@@ -811,8 +811,18 @@ def _scaleout_section(figdir: Path) -> str:
             + summary(json.loads(path.read_text())) + "\n")
 
 
+def _library_section(figdir: Path) -> str:
+    """``ebb bench library``'s last published run (docs/benchmarks/library/library.md), if any:
+    every store through plain timed calls of its public API, one key type per row."""
+    path = figdir / "library" / "library.md"
+    if not path.exists():
+        return ""
+    text = path.read_text().replace("# ebb at the library level", "## ebb at the library level (`ebb bench library`)", 1)
+    return text.replace("\n### ", "\n#### ") + "\n"
+
+
 def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir: Path) -> str:
-    parts = [INTRO, _measured_line(machines), "## Headline: ebb against its peers\n"]
+    parts = [INTRO, _measured_line(machines), _library_section(figdir), "## Headline: ebb against its peers\n"]
     general = {w: s for w, s in summaries.items() if w not in STUDIES}
     for w, s in general.items():
         parts.append(_headline(w, s, machines.get(w, {})))
