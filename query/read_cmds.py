@@ -73,6 +73,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(handler=plan_cmd)
 
 
+def _read_as_of(r, a: argparse.Namespace):
+    """(config, as_of, result schema) for a read of reader ``r`` as ``--as-of`` asks; None (after
+    saying so) if the archive is empty."""
+    from .timefmt import Clock, parse_as_of
+
+    cfg = r.archive.config
+    as_of = parse_as_of(a.as_of, Clock.of(cfg))
+    schema = r.result_schema()
+    if not len(schema):
+        print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
+        return None
+    return cfg, as_of, schema
+
+
 def probe_cmd(a: argparse.Namespace) -> int:
     from ..storage import keys as keycodec
     from .output import check_output, write
@@ -91,12 +105,10 @@ def probe_cmd(a: argparse.Namespace) -> int:
     if a.path is None:
         raise UsageError("probe needs PATH KEY (or --server URL KEY)")
     with ArchiveReader(a.path, readonly=True) as r:
-        cfg = r.archive.config
-        as_of = parse_as_of(a.as_of, Clock.of(cfg))
-        schema = r.result_schema()
-        if not len(schema):
-            print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
+        read = _read_as_of(r, a)
+        if read is None:
             return 0
+        cfg, as_of, schema = read
         kt = schema.field(cfg.key_column).type
         lo = keycodec.parse(a.key, kt)
         t = r.probe_range(lo, keycodec.parse(a.to, kt), as_of) if a.to is not None else r.probe(lo, as_of)
@@ -110,16 +122,14 @@ def scan_cmd(a: argparse.Namespace) -> int:
     from .output import check_output, write
     from .progress import Bar, plural
     from .reader import ArchiveReader
-    from .timefmt import Clock, parse_as_of
+    from .timefmt import Clock
 
     check_output(a.format, a.out)  # before reading anything: a usage error (exit 2)
     with ArchiveReader(a.path, readonly=True) as r, Bar("scan", unit="rec", enabled=bool(a.out)) as bar:
-        cfg = r.archive.config
-        as_of = parse_as_of(a.as_of, Clock.of(cfg))
-        schema = r.result_schema()
-        if not len(schema):
-            print("(the archive is empty: nothing has been loaded)", file=sys.stderr)
+        read = _read_as_of(r, a)
+        if read is None:
             return 0
+        cfg, as_of, schema = read
         batches = r.scan_batches(as_of)  # ebb's errors keep their exit codes
         n = write(_counted(batches, bar) if bar.shown else batches, schema, a.format, a.out,
                   Clock.of(cfg, a.raw_time), [cfg.ts_column, cfg.exp_column])
