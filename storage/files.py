@@ -16,6 +16,7 @@ tests swap for ``faults.ReadFaults`` to make them fail (EIO, short reads). A fai
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import fcntl
@@ -294,13 +295,19 @@ class MappedSource:
 class _Releaser:
     """One background thread per process that lets go of what a replaced version held (maps of
     runs it no longer reads, the point-probe run set), off the request path: a reader that
-    switches versions never pays for unmapping the old one (``MappedSource.drop_pages``)."""
+    switches versions never pays for unmapping the old one (``MappedSource.drop_pages``).
+
+    The process waits for it at exit (``atexit``): freeing a map releases the GIL around munmap,
+    and a daemon thread that wants the GIL back once the interpreter is finalizing is ended by
+    pthread_exit inside Arrow's C++ buffer destructor, which aborts the process ("terminate called
+    without an active exception", exit status -6)."""
 
     def __init__(self):
         self._queue: list = []
         self._busy = False  # items taken off the queue and not yet dropped
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
+        atexit.register(self.idle)
 
     def release(self, items: list) -> None:
         """Drops ``items`` (MappedSources have their pages dropped first) in the background."""

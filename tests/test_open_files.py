@@ -6,6 +6,8 @@ it finishes, whatever newer versions the process sees meanwhile."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -154,3 +156,23 @@ def test_a_result_kept_after_its_read_never_changes(tmp_path, keys):
             load([{**r, "key": 1000 + r["key"]} for r in random_rows(rng, 50, T - 1, T, 16, 400)], T)
         assert [t.to_pylist() for t in kept] == before
     arc.close()
+
+
+def test_a_process_that_exits_while_maps_are_being_let_go_of_exits_cleanly(tmp_path):
+    """The releaser frees maps in a daemon thread; a process that exits mid-release used to abort
+    (exit -6, "terminate called without an active exception") when that thread wanted the GIL back
+    inside Arrow's buffer destructor. The process now waits for the release at exit."""
+    data = tmp_path / "run"
+    data.write_bytes(os.urandom(1 << 20))
+    program = (
+        "import os, sys\n"
+        "from ebb.storage.files import MappedSource, RELEASER\n"
+        f"path = {str(data)!r}\n"
+        "sources = [MappedSource(os.open(path, os.O_RDONLY), 1 << 20) for _ in range(3000)]\n"
+        "RELEASER.release(sources)\n"
+        "del sources\n"
+        "import time; time.sleep(0.002)\n"  # the release starts: the exit comes in the middle of it
+        "sys.exit(0)\n")
+    for _ in range(5):  # without the wait at exit, most runs aborted
+        done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stderr) == (0, "")
