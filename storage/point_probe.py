@@ -6,9 +6,10 @@ for each task) it costs a few hundred Python calls, several times the search its
 ``probe`` hands the runs of the snapshot to ``_point_probe.probe``
 (storage/native/point_probe.c), which chooses the same blocks as ``read_plan.plan``, checks the
 page sum of every page before using it as ``page_check`` does, keeps the rows valid at
-``as_of``, orders them by (exp, ts) and copies them into one Arrow record batch (handed over
-through the Arrow PyCapsule interface). Python prepares each run's arrays once (``RunArrays``, cached with the
-run's metadata) and imports the batch. ``probe_many`` does the same for many keys in one call,
+``as_of``, orders them by (exp, ts) and copies them into one Arrow record batch (an Arrow C
+data interface struct in a capsule that owns it). Python prepares each run's arrays once
+(``RunArrays``, cached with the run's metadata) and imports the batch against the archive's
+schema object. ``probe_many`` does the same for many keys in one call,
 reading each block once for all the keys it holds.
 """
 
@@ -178,19 +179,6 @@ class ProbeRuns:
                          schema.empty_table())
 
 
-class _NativeBatch:
-    """A probe's result as the Arrow PyCapsule interface presents a record batch: ``schema``
-    (the archive schema) and the native code's ``arrow_array`` capsule of its columns."""
-
-    __slots__ = ("schema", "capsule")
-
-    def __init__(self, schema: pa.Schema, capsule: object):
-        self.schema, self.capsule = schema, capsule
-
-    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
-        return self.schema.__arrow_c_schema__(), self.capsule
-
-
 def probe(runs: ProbeRuns, key: int | str, as_of: int, schema: pa.Schema,
           what: str) -> tuple[pa.Table, list[tuple[int, int, int]]]:
     """The records of ``key`` valid at ``as_of`` in ``runs``, ordered by (exp, ts), as a table of
@@ -214,7 +202,7 @@ def probe_many(runs: ProbeRuns, keys: np.ndarray, as_of: int, schema: pa.Schema,
 
 def _result(runs: ProbeRuns, schema: pa.Schema, what: str, call, *args) -> tuple[pa.Table, list[tuple[int, int, int]]]:
     try:
-        capsule, visited = call(*args)
+        capsule, visited, address = call(*args)
     except _point_probe.BlockError as e:
         i, offset, msg, errnum = e.args
         run = runs.runs[i]
@@ -223,7 +211,10 @@ def _result(runs: ProbeRuns, schema: pa.Schema, what: str, call, *args) -> tuple
     searched = [(runs.runs[i].subindex, b, z) for i, b, z in visited]
     if capsule is None:
         return runs.empty, searched
-    batch = pa.record_batch(_NativeBatch(schema, capsule))  # takes over the native allocation
+    # moves the batch out of the struct ``capsule`` owns (which then frees only the struct), against
+    # the schema object at hand: no schema exported and parsed again per probe
+    batch = pa.RecordBatch._import_from_c(address, schema)
+    del capsule
     return pa.Table.from_batches([batch]), searched
 
 
