@@ -1,9 +1,15 @@
 """Shared fixtures: one local Spark session for the whole test run (starting one costs ~10 s).
 
 Every test that uses it is marked ``spark``: ``pytest -m "not spark"`` runs the rest (CI's run
-with the native point probe off does, as the Spark jobs do not probe through it)."""
+with the native point probe off does, as the Spark jobs do not probe through it).
+
+Tests marked ``system`` kill ``ebb run`` or a Spark driver at chosen or random moments and start
+it again, a new JVM each time (about 3 minutes together): they run when EBB_SYSTEM_TESTS=1 is set
+(CI sets it in a step of its own, after the README's test command)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -25,6 +31,9 @@ def no_user_calibration(tmp_path_factory, monkeypatch):
 
 
 def pytest_collection_modifyitems(items) -> None:
+    skip_system = pytest.mark.skip(reason="set EBB_SYSTEM_TESTS=1 to kill and restart whole processes")
     for item in items:
+        if item.get_closest_marker("system") is not None and os.environ.get("EBB_SYSTEM_TESTS") != "1":
+            item.add_marker(skip_system)
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)

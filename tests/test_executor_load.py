@@ -111,6 +111,7 @@ def _committed(path):
         return [u["slot"] for u in a.updates()]
 
 
+@pytest.mark.system
 def test_driver_killed_at_each_commit_point_resumes_exactly_once(spark, tmp_path):
     landing = _landing(tmp_path)
     with Scheduler(load_job(str(_job(tmp_path, "reference", landing, "rebuild"))), say=lambda m: None) as s:

@@ -62,6 +62,7 @@ def landed(spark, tmp_path_factory):
     return landing, expected
 
 
+@pytest.mark.system
 def test_killed_runs_commit_every_tick_exactly_once(landed, tmp_path):
     landing, expected = landed
     job = write_job(tmp_path, "crashy", landing)

@@ -188,6 +188,7 @@ def test_a_commit_refuses_if_the_archive_moved_or_a_file_its_tasks_wrote_is_gone
     verify_clean(path)
 
 
+@pytest.mark.system
 def test_a_killed_driver_leaves_each_write_undone_or_done_and_a_retried_task_adds_rows_once(tmp_path):
     path, marks = tmp_path / "arc", tmp_path / "marks"
     marks.mkdir()

@@ -163,6 +163,7 @@ def test_a_stop_finishes_a_commit_under_way_and_abandons_a_computing_tick(spark,
 
 
 # -- the real thing: SIGTERM at random moments ------------------------------------------------------
+@pytest.mark.system
 def test_sigterm_at_random_moments_exits_0_and_loses_nothing(tmp_path):
     origin = int(time.time()) - 5  # a few ticks are due at once, then one every 2 s
     job_file, readings = make_job(tmp_path, origin)
