@@ -230,16 +230,30 @@ static int grow(void *items, Py_ssize_t n, Py_ssize_t *cap, size_t size, Error *
 typedef struct { struct iovec *v; Py_ssize_t n, cap; size_t longest; } Ahead;
 
 #define SMALL_AHEAD (4 * PAGE)  /* ranges no longer than this are advised only on a cold cache */
+/* A range that starts at most this far past the previous one's end joins it: one read of the
+ * span between costs less than a read of its own (on the bench machine's disk a 4 KiB read takes
+ * about 55 us, and reads in flight together did not overlap much; 32 KiB more takes about 12 us).
+ * A found row's columns lie a column's length apart in its block, so they are mostly one read. */
+#define JOIN_GAP (8 * PAGE)
 
 static int ahead_add(Ahead *A, const uint8_t *from, const uint8_t *to, Error *err) {
     uintptr_t a = (uintptr_t)from & ~(uintptr_t)(PAGE - 1);
     if ((uintptr_t)to <= a)
         return 0;
+    if ((uintptr_t)to - a > A->longest)  /* of the ranges asked for, not joined: the warm test's measure */
+        A->longest = (uintptr_t)to - a;
+    if (A->n) {
+        struct iovec *last = &A->v[A->n - 1];
+        uintptr_t base = (uintptr_t)last->iov_base, end = base + last->iov_len;
+        if (a >= base && a <= end + JOIN_GAP) {
+            if ((uintptr_t)to > end)
+                last->iov_len = (uintptr_t)to - base;
+            return 0;
+        }
+    }
     if (grow(&A->v, A->n, &A->cap, sizeof(struct iovec), err) < 0)
         return -1;
     A->v[A->n++] = (struct iovec){(void *)a, (uintptr_t)to - a};
-    if ((uintptr_t)to - a > A->longest)
-        A->longest = (uintptr_t)to - a;
     return 0;
 }
 
