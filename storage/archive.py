@@ -136,10 +136,13 @@ class Archive:
         return archive
 
     def close(self) -> None:
+        """Lets go of everything the archive holds: its metadata environment, its open run files
+        and, once the background release has dropped them, the maps of versions it replaced."""
         if self.env is not None:
             self.reads.close()
             lmdb_env.release(self.env)
             self.env = None
+            files.RELEASER.idle()  # a closed archive maps nothing (a cold measurement checks)
 
     def __enter__(self) -> "Archive":
         return self
@@ -465,6 +468,7 @@ class PublishedArchive(Archive):
             self._closed = True
             self.reads.close()
             self._env = None  # closes once the last snapshot on it is gone
+            files.RELEASER.idle()
 
 
 def open_readonly(path: str) -> Archive:
