@@ -30,22 +30,14 @@ import pyarrow.compute as pc
 
 from . import files
 from .block_format import older_physical, physical_schema
-from .config import MIN_BLOCK_BYTES, ArchiveConfig
+from .config import ArchiveConfig
 from .files import OpenFiles, run_file_name
 from .manifest import LiveRun, SubIndexState
 from .run_descriptor import RunDescriptor
 from .run_writer import RunWriter
 from .schema import SchemaHistory, widen
 from .task_reader import read_blocks
-from .tuning import MERGE_CHUNK_BYTES, NOREBUILD_BLOCK_DIVISOR
-
-
-def run_block_bytes(cfg: ArchiveConfig) -> int:
-    """Target block size of new runs: NoRebuild's are NOREBUILD_BLOCK_DIVISOR times smaller (a
-    NoRebuild probe reads one block in every live (run, section); ``tuning`` says why)."""
-    if cfg.mode == "rebuild":
-        return cfg.block_bytes
-    return max(MIN_BLOCK_BYTES, cfg.block_bytes // NOREBUILD_BLOCK_DIVISOR)
+from .tuning import MERGE_CHUNK_BYTES
 
 
 @dataclass
@@ -91,7 +83,7 @@ class MaintenanceContext:
     def writer(self, i: int) -> RunWriter:
         name = run_file_name(i, self.update_seq)
         w = RunWriter(self.data_dir, name, i, self.config.key_column, self.config.ts_column,
-                      self.config.exp_column, run_block_bytes(self.config), self.schemas.current)
+                      self.config.exp_column, self.config.block_bytes, self.schemas.current)
         self.created.append(w.path)
         return w
 

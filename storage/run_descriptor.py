@@ -68,7 +68,7 @@ class RunDescriptor:
     def entries(self, start: int = 0, stop: int | None = None) -> list[BlockEntry]:
         """Blocks [start, stop) as plain tuples, built on each call and not kept: descriptors
         stay cached, and their blocks as tuples would take ~300 bytes a block (~24 MB for a
-        5 GB NoRebuild archive of 64 KiB blocks), memory that grows with the archive."""
+        5 GB archive of 64 KiB blocks), memory that grows with the archive."""
         return BlockEntry.all(self.blocks[start:stop])
 
     def entry(self, b: int) -> BlockEntry:

@@ -13,9 +13,9 @@ from __future__ import annotations
 # only affects new archives). Measured at 32/128/256/512/1024 KiB: probe 0.66/0.84/0.84/1.07/1.44 ms,
 # scan 0.95/0.35/0.25/0.19/0.17 s; 512 KiB keeps most of the scan speed for a probe within 2x.
 DEFAULT_BLOCK_BYTES = 512 << 10
-# NoRebuild runs use blocks of block_bytes / 8: a NoRebuild probe reads one block in every live (run,
-# section), and on thesis-small (NoRebuild 4x4) 512 KiB blocks made a probe read 109 MB for 5 MB returned.
-NOREBUILD_BLOCK_DIVISOR = 8
+# Rebuild and NoRebuild runs use the same block size. NoRebuild's used to be 8 times smaller, because a
+# probe read one whole block in every run; the native probe reads only the key's pages of a block, and
+# the small blocks cost NoRebuild 2x2 scans 2.9x and updates 1.4x on many-keys (measured 2026-11-26).
 
 # -- reads ----------------------------------------------------------------------------------------------
 # The largest single read of adjacent blocks (scans and Rebuild's merge; a larger block is read alone):

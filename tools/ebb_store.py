@@ -58,14 +58,13 @@ class EbbStore(Store):
     def open(self) -> None:
         from ..query.reader import ArchiveReader
         from ..storage.archive import Archive
-        from ..storage.maintenance import run_block_bytes
 
         # the writer first: LMDB allows one environment per process, opened by whoever comes first,
         # and a read-only one would refuse the updates
         self.archive = Archive(self.path)
         self.reader = ArchiveReader(self.path)  # Archive(path, readonly=True): its own read state
         self.reader.prepare_probes()  # as a probe-serving process does; RocksDB's open reads its index blocks
-        self.block_bytes = run_block_bytes(self.archive.config)
+        self.block_bytes = self.archive.config.block_bytes
 
     def close(self) -> None:
         if self.reader is not None:

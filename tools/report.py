@@ -220,8 +220,7 @@ def _acceptance_section(summaries: dict[str, pd.DataFrame], machines: dict[str, 
 ENGINE = """## ebb's storage engine (format version 2)
 
 Each sub-index keeps its records in immutable run files, each a sequence of checksummed Arrow IPC
-blocks sorted by (key, exp), of about 512 KiB (an eighth of that in NoRebuild runs, whose probes
-read a block in every live section); the archive's LMDB metadata holds one descriptor
+blocks sorted by (key, exp), of about 512 KiB (a probe reads only the pages that hold its key); the archive's LMDB metadata holds one descriptor
 entry per block (offset, length, rows, exp range, first and last key, checksum, page sums), adopted by each
 update's single commit. Rebuild rewrites every touched sub-index as one new run, streaming the old
 one in large sequential reads, skipping wholly expired blocks and dropping expired records. NoRebuild

@@ -15,7 +15,7 @@ each update, what ``storage/update_plan.py`` and ``storage/maintenance.py`` do:
   plus a short block where each 32 MiB merge chunk ends; a sub-index rewritten without new
   records keeps its blocks, which shrink);
 - NoRebuild: one new run per receiving sub-index, one section per expiration slot, each cut into
-  blocks of ``block_bytes / 8``; deletions move ``first_live`` over the runs of the touched
+  blocks of ``block_bytes``; deletions move ``first_live`` over the runs of the touched
   sub-indices and drop runs whose last section expired;
 
 and what a probe of a random key and a full scan right after the update visit
@@ -31,7 +31,7 @@ valid at tau, one run per sub-index) or the steady state (every live cell writte
 periodic update). ``simulate`` returns one row of counts per simulated update; the cost model
 (``cost_model``) turns them into seconds.
 
-The engine's own sizes (NoRebuild's smaller blocks, merge chunks, scan tasks) are storage's public
+The engine's own sizes (merge chunks, scan tasks) are storage's public
 tuning values (``storage.tuning``), so the counts follow the engine when they change.
 """
 
@@ -41,9 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...storage.config import MIN_BLOCK_BYTES
 from ...storage.layout import Layout
-from ...storage.tuning import MERGE_CHUNK_BYTES, NOREBUILD_BLOCK_DIVISOR, SCAN_TASK_BYTES
+from ...storage.tuning import MERGE_CHUNK_BYTES, SCAN_TASK_BYTES
 
 SPREAD_SAMPLES = 8  # updates at which the rate-variation spread of a Rebuild update is computed
 
@@ -51,11 +50,6 @@ UPDATE_FEATURES = ("fixed", "input_records", "input_bytes", "touched", "files", 
                    "written_bytes", "written_blocks", "runs_touched")
 PROBE_FEATURES = ("fixed", "runs", "sections", "blocks", "bytes", "result_bytes")
 SCAN_FEATURES = ("fixed", "tasks", "blocks", "bytes")
-
-
-def run_block_bytes(mode: str, block_bytes: int) -> int:
-    """Target block size of a run in ``mode`` (as ``storage.maintenance.run_block_bytes``)."""
-    return block_bytes if mode == "rebuild" else max(MIN_BLOCK_BYTES, block_bytes // NOREBUILD_BLOCK_DIVISOR)
 
 
 @dataclass(frozen=True)
@@ -131,7 +125,7 @@ def simulate(layout: Layout, mode: str, flow: Flow, block_bytes: int, *, bulk: b
     if h.shape != (p + 1,):
         raise ValueError(f"exp_offsets has {h.size} entries; p = {p} needs {p + 1}")
     rb = flow.record_bytes
-    rows_per_block = max(1.0, run_block_bytes(mode, block_bytes) / rb)
+    rows_per_block = max(1.0, block_bytes / rb)
     total = warmup + steps
     cell = flow.rate * h[1:]  # records of cell (k, k + a), a = 1..p
     # every cell of the run: insertion slots k = 1-p .. total (row k + p - 1), offsets a = 1..p
