@@ -16,6 +16,8 @@ DEFAULT_BLOCK_BYTES = 512 << 10
 # Rebuild and NoRebuild runs use the same block size. NoRebuild's used to be 8 times smaller, because a
 # probe read one whole block in every run; the native probe reads only the key's pages of a block, and
 # the small blocks cost NoRebuild 2x2 scans 2.9x and updates 1.4x on many-keys (measured 2026-11-26).
+# The price: cold NoRebuild probes of keys with a few rows in every run read more, scattered, ranges
+# (thesis-small 174 ms against 60; docs/io.md).
 
 # -- reads ----------------------------------------------------------------------------------------------
 # The largest single read of adjacent blocks (scans and Rebuild's merge; a larger block is read alone):
