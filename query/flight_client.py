@@ -67,6 +67,16 @@ def error_message(e: BaseException) -> str:
     return str(e).split(". Detail:")[0].split(". gRPC client debug context:")[0]
 
 
+# Whether this process made a Flight client: the CLI then ends without interpreter teardown
+# (tools/cli.py), where gRPC, after a failed TLS handshake, sometimes frees memory twice (exit -6).
+_made_a_client = False
+
+
+def made_a_client() -> bool:
+    """Whether this process has made a ``FlightArchiveClient``."""
+    return _made_a_client
+
+
 class FlightArchiveClient:
     """A connection to one ``ebb serve`` process (cheap to create; use one per thread)."""
 
@@ -80,6 +90,8 @@ class FlightArchiveClient:
             raise UsageError("a client certificate needs its key, and a key its certificate")
         tls = any(x is not None for x in (tls_root_certs, cert_chain))
         self.url = server_url(url, tls=tls)
+        global _made_a_client
+        _made_a_client = True
         self._client = flight.FlightClient(self.url, tls_root_certs=tls_root_certs, cert_chain=cert_chain,
                                            private_key=private_key)
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []

@@ -114,6 +114,38 @@ def exit_code(e: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command ``argv`` (default: this process's arguments) and returns its exit code.
+    Run as the ``ebb`` command (no ``argv``) after a command that used a Flight client, it ends
+    the process itself, without interpreter teardown (``_end``)."""
+    code = _run(argv)
+    if argv is None:
+        _end(code)
+    return code
+
+
+def _end(code: int) -> None:
+    """Ends a process that made a Flight client with ``code``, skipping interpreter teardown:
+    there gRPC, after a failed TLS handshake, sometimes frees memory twice and aborts (exit -6
+    after the right one-line error). Such a command holds no archive files or Spark context,
+    so nothing of ebb's is left undone; logs and standard streams are flushed first."""
+    if "ebb.query.flight_client" not in sys.modules:
+        return
+    from ..query.flight_client import made_a_client
+
+    if made_a_client():
+        import logging
+        import os
+
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # a closed pipe: nothing more can be said
+                pass
+        os._exit(code)
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.log_format is not None or args.log_level is not None:
         from ..query.logs import configure
