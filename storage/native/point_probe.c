@@ -776,15 +776,62 @@ static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t a
     return 0;
 }
 
+/* Asks for bytes [at - half, at + half) of candidate ``C``'s block (clipped to the block). */
+static int ahead_near(Probe *P, const Candidate *C, uint64_t at, uint64_t half, Error *err) {
+    uint64_t lo = at > half ? at - half : 0, hi = at + half < C->e.length ? at + half : C->e.length;
+    return lo < hi ? ahead_add(&P->ahead, C->b.p + lo, C->b.p + hi, err) : 0;
+}
+
+/* Asks for the pages about row ``C->guess`` of the key column and (``every``) of every other
+ * column a probe reads (ts, exp and the returned ones), placed without the block's metadata: from METADATA_GUESS on,
+ * column after column, buffers padded to 64 bytes and no validity bitmaps; a variable-width
+ * column's data as long as its share of what the other buffers leave of the block (a text key's:
+ * its block's first and last keys' mean length a row). With the metadata page in the same
+ * request, a cold probe whose guess is near (keys spread about evenly) finds its rows with one
+ * round of reads, not one for the key and another for the row. A wrong place costs only reads. */
+static int ahead_guessed_rows(Probe *P, const Layout *L, const Candidate *C, int every, const Key *first,
+                              const Key *last, Error *err) {
+    uint64_t rows = C->e.rows, g = C->guess, used = METADATA_GUESS, key_data = 0;
+    int shares = 0;
+    for (int c = 0; c < L->ncols; c++) {
+        used += (L->kind[c] == FIXED ? (uint64_t)L->width[c] * rows : L->kind[c] == BOOL ? (rows + 7) / 8 : 4 * (rows + 1)) + 64;
+        shares += L->kind[c] == VARIABLE && c != L->key;
+    }
+    if (L->text_key)
+        key_data = rows * ((first->n + last->n) / 2);
+    uint64_t share = shares && C->e.length > used + key_data ? (C->e.length - used - key_data) / shares : 0;
+    uint64_t at = METADATA_GUESS;
+    for (int c = 0; c < L->ncols && at < C->e.length; c++) {
+        int read = c == L->key || (every && (c < L->nout || c == L->ts || c == L->exp));
+        if (L->kind[c] != VARIABLE) {
+            uint64_t width = L->kind[c] == FIXED ? (uint64_t)L->width[c] : 0;
+            if (read && ahead_near(P, C, at + (width ? width * g : g / 8), PAGE, err) < 0)
+                return -1;
+            at += (width ? width * rows : (rows + 7) / 8) + 64;
+            continue;
+        }
+        uint64_t data = c == L->key ? key_data : share;
+        if (read && (ahead_near(P, C, at + 4 * g, PAGE, err) < 0
+                     || (rows && ahead_near(P, C, at + 4 * (rows + 1) + 64 + data * g / rows, 2 * PAGE, err) < 0)))
+            return -1;
+        at += 4 * (rows + 1) + 64 + data + 64;
+    }
+    return 0;
+}
+
+/* At most this many candidate blocks have their rows' pages asked for with their metadata
+ * (``ahead_guessed_rows``): each costs about 80 KiB more in the first read round (about 35 us on
+ * the bench machine's disk) and saves the second round (about 65 us) only if the block holds a
+ * row valid now. A NoRebuild probe has about 5 candidates, most of them blocks whose filters let
+ * the key through for its expired rows (or by chance); a Rebuild probe about 1.4. */
+#define GUESS_ROWS_BLOCKS 2
+
 /* Checks that every candidate block lies inside its file as it is now (touching a page past the
- * end of a file would kill the process) and has its page sums, then asks for what a search of
+ * end of a file would kill the process) and has its page sums, then asks for what a probe of
  * each block reads first, all at once, so that a cold cache reads the blocks of every run in
- * parallel: the metadata page and, when only fixed-width columns precede the key column, the
- * pages about where the key should be. */
+ * parallel: the metadata page and the pages about where the key should be, with its row's
+ * other columns when there are few candidates (``ahead_guessed_rows``). */
 static int prepare(Probe *P, Run *runs, const Layout *L, const Key *key, Error *err) {
-    int variable_first = 0;
-    for (int c = 0; c <= L->key; c++)
-        variable_first |= L->kind[c] == VARIABLE;
     for (Py_ssize_t k = 0; k < P->ncand; k++) {
         Candidate *C = &P->cand[k];
         Run *r = &runs[C->run];
@@ -812,16 +859,9 @@ static int prepare(Probe *P, Run *runs, const Layout *L, const Key *key, Error *
         }
         Key first = run_key(r, 0, C->index), last = run_key(r, 1, C->index);
         C->guess = e.rows ? (uint64_t)(spread(&first, &last, key, r->text) * (e.rows - 1)) : 0;
-        if (ahead_add(&P->ahead, C->b.p, C->b.p + head, err) < 0)
+        if (ahead_add(&P->ahead, C->b.p, C->b.p + head, err) < 0
+            || (head < e.length && ahead_guessed_rows(P, L, C, P->ncand <= GUESS_ROWS_BLOCKS, &first, &last, err) < 0))
             return -1;
-        if (head < e.length && !variable_first) {
-            uint64_t at = METADATA_GUESS + 8 * C->guess;  /* buffers are padded to 64 bytes */
-            for (int c = 0; c < L->key; c++)
-                at += (L->kind[c] == BOOL ? ((uint64_t)e.rows + 7) / 8 : (uint64_t)L->width[c] * e.rows) + 64;
-            uint64_t lo = at > PAGE ? at - PAGE : 0, hi = at + PAGE < e.length ? at + PAGE : e.length;
-            if (lo < hi && ahead_add(&P->ahead, C->b.p + lo, C->b.p + hi, err) < 0)
-                return -1;
-        }
     }
     advise(P);
     return 0;
