@@ -100,7 +100,10 @@ METADATA_GUESS_BYTES = 1024
 FILTER_UNIT_BYTES = 64  # a key's bits all lie in one unit: one cache line, one page read
 FILTER_SUM_BYTES = 4  # a unit ends with the low 32 bits of the XXH3-64 of its bits, seeded with its index
 FILTER_UNIT_BITS = (FILTER_UNIT_BYTES - FILTER_SUM_BYTES) * 8  # 480
-FILTER_BITS_PER_KEY = 10  # about 1% of absent keys pass a block's filter
+# 16 bits a record (2 bytes): about 0.11% of absent keys pass a block's filter (10 bits let 1.06% by: a NoRebuild
+# probe, which checks the filter of every live section of every run, about 300 in the library bench, then
+# searched 3.2 blocks without its key; now about 0.4)
+FILTER_BITS_PER_KEY = 16
 FILTER_PROBES = 7  # bits a key sets in its unit: from successive 9-bit fields of its hash's second mix
 FILTER_TEXT_MULTIPLIER = 0x100000001B3  # a string key's bytes fold as p = p * this + (byte + 1), mod 2**64
 

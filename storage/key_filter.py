@@ -4,7 +4,7 @@ runs) that cannot hold its key.
 A run's blocks are chosen for a key by their first and last keys; with many distinct keys every
 block spans most of the key space, so without a filter a probe searches one block in every run
 (and in NoRebuild, in every section of every run). Each block's filter answers "not here" for
-about 99% of absent keys after reading one 64-byte unit of it, so a probe searches about one
+about 99.9% of absent keys after reading one 64-byte unit of it, so a probe searches about one
 block per run that holds the key.
 
 Layout (docs/format.md, "Key filters"): a block of ``rows`` rows has ``units(rows)`` units of

@@ -104,7 +104,7 @@ class RunArrays:
     sums: np.ndarray | None  # uint32 page sums (None: written without them; blocks are checked whole)
     first_at: np.ndarray | None = None  # text keys: int64 offsets of each block's first key, then the end
     last_at: np.ndarray | None = None
-    # the run's key filters, read once into memory (``key_filter``: about 1.25 bytes a record): a
+    # the run's key filters, read once into memory (``key_filter``: about 2 bytes a record): a
     # probe then checks a filter of every run without a system call (a map would need the file's
     # size checked first, an fstat a run); and where each block's starts in them, then the end
     filters: np.ndarray | None = None

@@ -6,8 +6,8 @@ back to the driver, whose commit adopts the file. Until a commit references it, 
 invisible to readers and removed by recovery.
 
 After its last block a run file holds the key filter of each block (``key_filter``), from the
-next page boundary. The writer keeps them until ``finish``: 10 bits a record (a 5 GB run of
-200-byte records: 31 MB), against the 8 bytes of a record's key it would otherwise keep.
+next page boundary. The writer keeps them until ``finish``: 16 bits a record (a 5 GB run of
+200-byte records: 50 MB), against the 8 bytes of a record's key it would otherwise keep.
 """
 
 from __future__ import annotations

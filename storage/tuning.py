@@ -43,7 +43,7 @@ DROP_STEP_BYTES = 2 << 20
 # Parsed run metadata an archive keeps across snapshots (metadata_cache): bounded in bytes so memory does
 # not grow with the archive; LevelDB's block cache is 8 MB, RocksDB's 32 MB, and ours holds only metadata:
 # descriptors (~80 bytes a block), page sums (4 bytes a 4 KiB page) and the point probes' key filters
-# (~1.25 bytes a record), which a run set must hold whole to be kept: 16 MiB holds those of ~10M records.
+# (~2 bytes a record), which a run set must hold whole to be kept: 16 MiB holds those of ~8M records.
 METADATA_CACHE_BYTES = 16 << 20
 
 # -- batch probes ----------------------------------------------------------------------------------------
