@@ -195,8 +195,8 @@ class ArchiveReader:
 
     def scan_table(self, as_of: int | None = None, subindices: list[int] | None = None) -> pa.Table:
         """``scan`` collected into one table."""
-        batches = list(self.scan_batches(as_of, subindices))
-        return pa.Table.from_batches(batches, schema=self.result_schema()) if batches else self.result_schema().empty_table()
+        # no batches: a table without chunks (``Schema.empty_table`` would import pandas)
+        return pa.Table.from_batches(list(self.scan_batches(as_of, subindices)), schema=self.result_schema())
 
     def result_schema(self) -> pa.Schema:
         s = self.archive.schema

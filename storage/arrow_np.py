@@ -1,8 +1,8 @@
-"""Zero-copy moves between Arrow arrays and numpy that do not import pandas.
+"""Zero-copy moves between Arrow arrays and numpy, and empty tables, that do not import pandas.
 
-pyarrow's own ``to_numpy`` and ``pa.array(ndarray)`` load pandas on first use (0.3 s), which
-would dominate a one-shot ``ebb probe``. These work on fixed-width columns without nulls, which
-is what ebb's key, ts, exp and slot columns are.
+pyarrow's own ``to_numpy``, ``pa.array(ndarray)`` and ``Schema.empty_table`` load pandas on
+first use (0.2-0.3 s), which would dominate a one-shot ``ebb probe``. The moves work on
+fixed-width columns without nulls, which is what ebb's key, ts, exp and slot columns are.
 """
 
 from __future__ import annotations
@@ -27,3 +27,8 @@ def from_np(values: np.ndarray) -> pa.Array:
     """An Arrow array viewing a numpy array of a fixed-width type."""
     values = np.ascontiguousarray(values)
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` with no rows (and no chunks)."""
+    return pa.Table.from_batches([], schema)

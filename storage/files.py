@@ -269,6 +269,11 @@ class MappedSource:
             raise CorruptionError(f"{what}: file ends before byte {offset + length}, its descriptor needs it")
         return self._map.slice(offset, length)
 
+    def read(self, offset: int, length: int, what: str) -> pa.Buffer:
+        """``read_exact`` of the mapped file, into a fresh buffer (for bytes kept apart from the
+        map, such as the key filters a probe checks without a size check of the file)."""
+        return read_exact(self.fd, offset, length, what)
+
     def native(self) -> tuple[mmap.mmap | None, int]:
         """The map (None for an empty file) and the descriptor, for native code that reads the
         map directly and checks the file's size itself (``point_probe``)."""

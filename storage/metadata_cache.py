@@ -59,6 +59,8 @@ class MetadataCache:
         hit = self._get(("arrays", name))
         if hit is not None:
             return hit[0]
+        if self._get(("run", name)) is None and self._get(("sums", name)) is None:
+            self.adopt(read_run(txn, name))  # both parts from one read and parse of the descriptor
         desc = self.descriptor(txn, name)
         arrays = RunArrays.of(desc, self.page_sums(txn, name), read_filters(desc))
         self._put(("arrays", name), arrays, arrays.nbytes)
@@ -70,10 +72,11 @@ class MetadataCache:
             return ("arrays", name) in self._entries or (("run", name) in self._entries and ("sums", name) in self._entries)
 
     def adopt(self, desc: RunDescriptor) -> None:
-        """Caches a run this process just committed, as its writer made it: the probes that
-        follow an update then need not read the new runs' metadata back."""
-        if desc.paged:
-            self._put(("sums", desc.name), desc.sums, 64 + desc.sums.nbytes)
+        """Caches both parts of a descriptor read whole: a run this process just committed, as
+        its writer made it (the probes that follow an update then need not read the new runs'
+        metadata back), or a run a probe needs (one read and parse, not one a part)."""
+        if desc.sums is not None or not desc.paged:  # paged without sums: its sums are not at hand
+            self._put(("sums", desc.name), desc.sums, 64 + (desc.sums.nbytes if desc.sums is not None else 0))
         lean = desc.without_sums()
         self._put(("run", desc.name), lean, lean.nbytes)
 

@@ -30,6 +30,7 @@ else:
         from . import _point_probe
     except ImportError:  # not built (installed without a C compiler): point probes take the planned read
         _point_probe = None
+from .arrow_np import empty_table
 from .disk_format import BLOCK, PAGE_SUM, native_constants, page_count, visible_columns
 from .errors import CorruptionError, DataIOError
 from .run_descriptor import RunDescriptor
@@ -176,7 +177,7 @@ class ProbeRuns:
                 for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
         return ProbeRuns(runs, sources, _point_probe.run_set(args, layout.kinds, layout.widths, layout.key,
                                                              layout.ts, layout.exp, layout.returned),
-                         schema.empty_table())
+                         empty_table(schema))
 
 
 def probe(runs: ProbeRuns, key: int | str, as_of: int, schema: pa.Schema,

@@ -21,6 +21,7 @@ them (``from_bytes(with_sums=False)``) and a probe reads them separately (``sums
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import struct
 import sys
@@ -105,10 +106,11 @@ class RunDescriptor:
         b = self.blocks
         return int(b["offset"][-1] + b["length"][-1]) if b.size else 0
 
-    @property
+    @functools.cached_property
     def filter_at(self) -> np.ndarray | None:
         """The byte offset in the file of each block's key filter, then where the last one ends
-        (None: written without filters)."""
+        (None: written without filters). Computed once: a new run's is asked for several times
+        while the first probe of its version prepares it."""
         if self.filter_offset is None:
             return None
         sizes = key_filter.units(self.blocks["rows"].astype(np.int64)) * FILTER_UNIT_BYTES

@@ -15,9 +15,11 @@ import numpy as np
 import pyarrow as pa
 
 from . import leases
+from .arrow_np import empty_table
 from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import ReadError
+from .files import MappedSource
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
@@ -55,15 +57,15 @@ def key_array(keys, key_type: pa.DataType) -> np.ndarray:
     return np.unique(values.to_numpy(zero_copy_only=False))
 
 
-def _filters(files, what: str, desc: RunDescriptor) -> pa.Buffer | None:
+def _filters(source: MappedSource, what: str, desc: RunDescriptor) -> pa.Buffer | None:
     """The key filters of run ``desc`` (from ``desc.filter_offset`` to the end of its file), read
-    from ``files`` (``OpenFiles``); None if it has none. CorruptionError naming ``what`` if the
-    file ends before them, DataIOError if it cannot be read (``files.read_exact``)."""
+    through ``source`` (its map's descriptor: no second open); None if it has none.
+    CorruptionError naming ``what`` if the file ends before them, DataIOError if it cannot be
+    read (``files.read_exact``)."""
     at = desc.filter_at
     if at is None:
         return None
-    return files.source(desc.name, sequential=False).read(int(at[0]), int(at[-1] - at[0]),
-                                                           f"{what}, run {desc.name}, key filters")
+    return source.read(int(at[0]), int(at[-1] - at[0]), f"{what}, run {desc.name}, key filters")
 
 
 class Snapshot:
@@ -235,7 +237,7 @@ class Snapshot:
         layout = self._point_layout
         unique = key_array(keys, self.schema.field(self.config.key_column).type)
         if not unique.size:
-            return self.schema.empty_table(), []
+            return empty_table(self.schema), []
         runs = None if layout is None else self._point_runs(layout, subindices, state)
         if runs is not None:
             return point_probe_many(runs, unique, t, self.schema, f"archive {self._archive.path}")
@@ -295,7 +297,7 @@ class Snapshot:
                 runs.append(RunToProbe(i, where(i, draining), run.name))
                 maps.append(files.mapped(run.name))
                 what = f"archive {self._archive.path}, {where(i, draining)}"
-                arrays.append(meta.run_arrays(self.txn, run.name, functools.partial(_filters, files, what)))
+                arrays.append(meta.run_arrays(self.txn, run.name, functools.partial(_filters, maps[-1], what)))
                 live.append((run.max_exp, run.first_live))
         found = ProbeRuns.of(runs, maps, arrays, live, layout, self.schema)
         if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit:

@@ -398,3 +398,18 @@ def test_a_planned_probe_of_many_keys_runs_as_one_batch_task_a_run(tmp_path, tex
             assert sum((rows_multiset(pa.Table.from_batches(list(snap.read(p)))) if p.blocks else Counter()
                         for p in parts), Counter()) == want
     arc.close()
+
+
+def test_a_one_shot_probe_answers_without_loading_pandas(tmp_path):
+    """``ebb probe`` in a fresh process: pyarrow's ``Schema.empty_table`` (a probe's answer with
+    no rows) would load pandas, 0.2 s of the command's time."""
+    arc, oracle, _, _, _ = _one_run(tmp_path)
+    arc.close()
+    held = next(k for k in range(300) if oracle.probe(k, 16))
+    for key in (held, 10**6):  # a key with rows, then one without
+        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "ebb.tools.cli", "probe", str(tmp_path / "a"),
+                            str(key), "--format", "jsonl"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-500:]
+        assert (r.stdout.count("\n") > 0) == (key == held)
+        modules = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+        assert "pandas" not in modules, key
