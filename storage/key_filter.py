@@ -35,9 +35,10 @@ from .disk_format import FILTER_UNIT_BYTES as UNIT_BYTES
 _BITS_BYTES = UNIT_BYTES - SUM_BYTES
 
 
-def units(rows):
-    """Filter units of a block of ``rows`` rows (an int or a numpy array of them); at least one."""
-    return np.maximum(1, (np.asarray(rows, np.int64) * BITS_PER_KEY + UNIT_BITS - 1) // UNIT_BITS)
+def units(rows, bits: int = BITS_PER_KEY):
+    """Filter units of a block of ``rows`` rows (an int or a numpy array of them) with ``bits``
+    bits a row (a run's descriptor names them: ``RunDescriptor.filter_bits``); at least one."""
+    return np.maximum(1, (np.asarray(rows, np.int64) * bits + UNIT_BITS - 1) // UNIT_BITS)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -87,10 +88,11 @@ def _positions(hashes: np.ndarray, unit_count) -> tuple[np.ndarray, np.ndarray]:
     return unit.astype(np.int64), ((fields * np.uint64(UNIT_BITS)) >> np.uint64(9)).astype(np.int64)
 
 
-def block_filter(hashes: np.ndarray, first_unit: int) -> bytes:
-    """The filter of a block whose keys have ``hashes`` (one a row): ``units(len(hashes))`` units,
-    the first of them unit ``first_unit`` of its run (each unit's sum is seeded with its index)."""
-    count = int(units(len(hashes)))
+def block_filter(hashes: np.ndarray, first_unit: int, bits: int = BITS_PER_KEY) -> bytes:
+    """The filter of a block whose keys have ``hashes`` (one a row): ``units(len(hashes), bits)``
+    units, the first of them unit ``first_unit`` of its run (each unit's sum is seeded with its
+    index)."""
+    count = int(units(len(hashes), bits))
     unit, bits = _positions(hashes, count)
     flat = np.zeros((count, UNIT_BYTES * 8), bool)
     flat[unit[:, None], bits] = True

@@ -31,8 +31,8 @@ import numpy as np
 
 from . import key_filter
 from .checksum import seal, unseal
-from .disk_format import (BLOCK, BLOCK_ENTRY_BYTES, FILTER_UNIT_BYTES, INT_KEY, METADATA_PREFIX_TAGS, PAGE_BYTES,
-                          PAGE_SUM, BlockEntry, page_count)
+from .disk_format import (BLOCK, BLOCK_ENTRY_BYTES, FILTER_BITS_PER_KEY, FILTER_BITS_UNNAMED, FILTER_UNIT_BITS,
+                          FILTER_UNIT_BYTES, INT_KEY, METADATA_PREFIX_TAGS, PAGE_BYTES, PAGE_SUM, BlockEntry, page_count)
 from .errors import CorruptionError
 
 _TAG = METADATA_PREFIX_TAGS[b"run/"]
@@ -54,6 +54,7 @@ class RunDescriptor:
     # where its blocks' key filters start (page-aligned, after the last block; ``key_filter``);
     # None: written without filters
     filter_offset: int | None = None
+    filter_bits: int = FILTER_BITS_PER_KEY  # bits a record of its key filters (they set each one's size)
     section_bounds: list[int] = field(init=False)  # first block of each section, then len(blocks)
     page_start: np.ndarray = field(init=False)  # index in ``sums`` of each block's first page, then the total
 
@@ -88,7 +89,7 @@ class RunDescriptor:
         if self.sums is None:
             return self
         return RunDescriptor(self.name, self.subindex, self.blocks, self.first_keys, self.last_keys, None, self.paged,
-                             self.schema, self.filter_offset)
+                             self.schema, self.filter_offset, self.filter_bits)
 
     @property
     def nbytes(self) -> int:
@@ -113,7 +114,7 @@ class RunDescriptor:
         while the first probe of its version prepares it."""
         if self.filter_offset is None:
             return None
-        sizes = key_filter.units(self.blocks["rows"].astype(np.int64)) * FILTER_UNIT_BYTES
+        sizes = key_filter.units(self.blocks["rows"].astype(np.int64), self.filter_bits) * FILTER_UNIT_BYTES
         return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64) + self.filter_offset
 
     def first_live_after(self, slot: int) -> int:
@@ -147,6 +148,8 @@ class RunDescriptor:
             meta["schema"] = self.schema
         if self.filter_offset is not None:  # absent: written without key filters
             meta["filter"] = self.filter_offset
+            if self.filter_bits != FILTER_BITS_UNNAMED:  # absent: as runs were written before the field
+                meta["filter_bits"] = self.filter_bits
         head = json.dumps(meta).encode()
         if int_keys:
             keys = np.array(self.first_keys + self.last_keys, dtype=INT_KEY).tobytes()
@@ -181,7 +184,7 @@ class RunDescriptor:
                     and all(type(k) is str for k in first + last)):
                 raise _malformed(what, name, "its keys")
         return RunDescriptor(head["name"], head["subindex"], blocks.copy(), first, last, sums, "page" in head,
-                             head.get("schema", 0), head.get("filter"))
+                             head.get("schema", 0), head.get("filter"), head.get("filter_bits", FILTER_BITS_UNNAMED))
 
     @staticmethod
     def sums_from_bytes(value: bytes, name: str, what: str) -> np.ndarray | None:
@@ -219,6 +222,9 @@ def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.nda
         last = int(blocks["offset"][-1] + blocks["length"][-1]) if n else 0
         if not (type(head["filter"]) is int and head["filter"] >= last and head["filter"] % PAGE_BYTES == 0):
             raise _malformed(what, name, "where its key filters are")
+        bits = head.get("filter_bits", FILTER_BITS_UNNAMED)
+        if not (type(bits) is int and 1 <= bits <= FILTER_UNIT_BITS):
+            raise _malformed(what, name, "its key filters' bits a record")
     if "page" in head:
         if head["page"] != PAGE_BYTES:
             raise CorruptionError(f"{what}: run {name} has pages of {head['page']!r} bytes, this ebb reads {PAGE_BYTES}")

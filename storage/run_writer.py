@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from . import files, key_filter
 from .block_format import encode_blocks
-from .disk_format import BLOCK, PAGE_BYTES, PAGE_SUM, BlockEntry, page_count
+from .disk_format import BLOCK, FILTER_BITS_PER_KEY, PAGE_BYTES, PAGE_SUM, BlockEntry, page_count
 from .faults import crash_point
 from .run_descriptor import RunDescriptor
 
@@ -48,8 +48,8 @@ class RunWriter:
         key, ts, exp = self._cols
         hashes, row = key_filter.key_hashes(table.column(key)), 0
         for blk in encode_blocks(table, key, ts, exp, self._block_bytes, PAGE_BYTES, slots):
-            self._filters.append(key_filter.block_filter(hashes[row:row + blk.rows], self._units))
-            self._units += int(key_filter.units(blk.rows))
+            self._filters.append(key_filter.block_filter(hashes[row:row + blk.rows], self._units, FILTER_BITS_PER_KEY))
+            self._units += int(key_filter.units(blk.rows, FILTER_BITS_PER_KEY))
             row += blk.rows
             self._entries.append(blk.at(self._file.size))
             self._first.append(blk.first_key)
@@ -72,7 +72,7 @@ class RunWriter:
         blocks = np.array(self._entries, dtype=BLOCK) if self._entries else np.zeros(0, BLOCK)
         sums = np.concatenate(self._sums) if self._sums else np.zeros(0, PAGE_SUM)
         return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last, sums, schema=self.schema_version,
-                             filter_offset=filter_offset)
+                             filter_offset=filter_offset, filter_bits=FILTER_BITS_PER_KEY)
 
     def close(self) -> None:
         self._file.close()

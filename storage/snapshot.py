@@ -18,7 +18,7 @@ from . import leases
 from .arrow_np import empty_table
 from .block_format import physical_schema
 from .config import ArchiveConfig
-from .errors import ReadError
+from .errors import CorruptionError, ReadError
 from .files import MappedSource
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
@@ -60,11 +60,15 @@ def key_array(keys, key_type: pa.DataType) -> np.ndarray:
 def _filters(source: MappedSource, what: str, desc: RunDescriptor) -> pa.Buffer | None:
     """The key filters of run ``desc`` (from ``desc.filter_offset`` to the end of its file), read
     through ``source`` (its map's descriptor: no second open); None if it has none.
-    CorruptionError naming ``what`` if the file ends before them, DataIOError if it cannot be
-    read (``files.read_exact``)."""
+    CorruptionError naming ``what`` if they do not end where the file does (filters placed by
+    the wrong bits a record would pass their sums and hide rows), DataIOError if the file cannot
+    be read (``files.read_exact``)."""
     at = desc.filter_at
     if at is None:
         return None
+    if source.size != at[-1]:
+        raise CorruptionError(f"{what}, run {desc.name}: its key filters end at byte {int(at[-1])}, the file at "
+                              f"{source.size}")
     return source.read(int(at[0]), int(at[-1] - at[0]), f"{what}, run {desc.name}, key filters")
 
 

@@ -166,7 +166,7 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
         where = f"{name}, block at byte {e.offset}"
         if filters is not None:
             lo, hi = int(desc.filter_at[b] - desc.filter_offset), int(desc.filter_at[b + 1] - desc.filter_offset)
-            if filters[lo:hi] != key_filter.block_filter(key_filter.key_hashes(k), lo // FILTER_UNIT_BYTES):
+            if filters[lo:hi] != key_filter.block_filter(key_filter.key_hashes(k), lo // FILTER_UNIT_BYTES, desc.filter_bits):
                 out.append(f"{where}: its key filter differs from its keys' (probes search a block whose filter unit "
                            "fails its sum)")
         first, last = k[0].as_py(), k[-1].as_py()

@@ -17,6 +17,7 @@ from ebb.query.reader import ArchiveReader
 from ebb.storage import key_filter, point_probe
 from ebb.storage.archive import Archive
 from ebb.storage.disk_format import FILTER_TEXT_MULTIPLIER
+from ebb.storage.errors import CorruptionError
 from ebb.storage.verify import verify
 
 from support import Oracle, config, rows_multiset
@@ -140,3 +141,79 @@ def test_a_damaged_filter_never_hides_a_row(tmp_path, text, damage):
         f.write(pristine)
     with Archive(str(tmp_path / "a")) as arc:
         assert verify(arc)[0] == []
+
+
+def _run_heads(arc) -> list[dict]:
+    """The JSON heads of the current runs' stored descriptors."""
+    import json
+    import struct
+
+    from ebb.storage.checksum import unseal
+    from ebb.storage.run_descriptor import RunDescriptor, _TAG
+    heads = []
+    with arc.snapshot() as snap:
+        for sub in snap.state.subindices:
+            for run in sub.runs:
+                key = RunDescriptor.key(run.name)
+                body = unseal(_TAG, key, snap.txn.get(key), "test")
+                (n,) = struct.unpack_from("<I", body)
+                heads.append(json.loads(bytes(body[4:4 + n])))
+    return heads
+
+
+@needs_native
+@pytest.mark.parametrize("text", [False, True])
+def test_runs_with_the_earlier_ten_bit_filters_still_read(tmp_path, monkeypatch, text):
+    """Runs written before descriptors named their filters' bits a record (10 then; 16 now)
+    carry no "filter_bits": probes of every key still return the oracle's rows, and verify
+    finds nothing, once the writer is back to today's bits."""
+    from ebb.storage import run_writer
+    monkeypatch.setattr(run_writer, "FILTER_BITS_PER_KEY", 10)
+    arc, oracle, _ = _archive(tmp_path, text)
+    heads = _run_heads(arc)
+    assert heads and all("filter" in h and "filter_bits" not in h for h in heads)
+    arc.close()
+    monkeypatch.undo()
+    with Archive(str(tmp_path / "a")) as arc:
+        assert verify(arc)[0] == []
+        reader = ArchiveReader(arc)
+        keys = sorted({r["key"] for r in oracle.valid(20)})[::5]
+        assert rows_multiset(reader.probe_many(keys, 20)) == sum((oracle.probe(k, 20) for k in keys), Counter())
+        for k in keys[::10]:
+            assert rows_multiset(reader.probe(k, 20)) == oracle.probe(k, 20)
+        new = [{"key": keys[0], "ts": 21, "exp": 30, "v": -1}]
+        arc.load(pa.Table.from_pylist(new), 22)  # its new runs get today's filters, beside the old ones
+        oracle.load(new, 22)
+        assert {h.get("filter_bits", 10) for h in _run_heads(arc)} >= {16}
+        for k in keys[::10]:
+            assert rows_multiset(reader.probe(k, 22)) == oracle.probe(k, 22)
+
+
+@needs_native
+def test_filters_placed_by_the_wrong_bits_are_a_corruption_error_not_hidden_rows(tmp_path, monkeypatch):
+    """A run whose descriptor names fewer bits a record than its filters were written with (a
+    writer's bug) would have each block read another block's filter, which passes its sum: the
+    filters then do not end where the file does, and the probe fails clearly."""
+    from ebb.storage import run_writer
+
+    class SixteenBits:  # the writer's filters at 16 bits, its descriptor saying 10
+        def __getattr__(self, name):
+            return getattr(key_filter, name)
+
+        @staticmethod
+        def block_filter(hashes, first_unit, bits):
+            return key_filter.block_filter(hashes, first_unit, 16)
+
+        @staticmethod
+        def units(rows, bits):
+            return key_filter.units(rows, 16)
+
+    monkeypatch.setattr(run_writer, "FILTER_BITS_PER_KEY", 10)
+    monkeypatch.setattr(run_writer, "key_filter", SixteenBits())
+    arc, oracle, _ = _archive(tmp_path, False)
+    arc.close()
+    monkeypatch.undo()
+    with Archive(str(tmp_path / "a")) as arc:
+        key = sorted({r["key"] for r in oracle.valid(20)})[0]
+        with pytest.raises(CorruptionError, match="key filters end at byte"):
+            ArchiveReader(arc).probe(key, 20)
