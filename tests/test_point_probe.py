@@ -315,6 +315,50 @@ def test_more_runs_than_the_open_files_allow_take_the_planned_path(tmp_path):
                 assert rows_multiset(reader.probe(k)) == oracle.probe(k, 24)
 
 
+def _read_bytes() -> int:
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("read_bytes:")).split()[1])
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_cold_probes_of_many_blocks_read_ahead_and_answer_as_the_oracle(tmp_path, text):
+    """On a cold cache the native probe asks for each read round's pages of every candidate
+    block at once (its metadata and key, the found rows, then their strings where their lengths
+    made the first guess miss). Few keys and many NoRebuild runs give each probe dozens of
+    candidate blocks; strings of 0-3,000 bytes make that guess miss. Each probe runs in a new
+    reader after the run files' pages are dropped from the cache, and answers as the oracle."""
+    rng = np.random.default_rng(11)
+    oracle = Oracle()
+    with Archive.create(str(tmp_path / "a"), config(mode="norebuild", block_bytes=16 << 10, max_lifetime=20)) as arc:
+        for T in range(16, 40, 2):
+            rows = rich_rows(rng, 400, T - 12, T, 20, 6, text)
+            for r in rows:
+                r["s"] = None if r["s"] is None else "s" * int(rng.integers(0, 3000))
+            oracle.load(rows, T)
+            arc.load(pa.Table.from_pylist(rows, TEXT_RICH if text else RICH), T)
+        data_dir = arc.data_dir
+    keys = [text_key(k) for k in range(-7, 7)] if text else list(range(-7, 7))
+    read = 0
+    for k in keys:
+        with Archive(str(tmp_path / "a"), readonly=True) as arc:
+            reader = ArchiveReader(arc)
+            reader.prepare_probes()
+            for name in os.listdir(data_dir):  # the runs' pages, clean since their commit
+                fd = os.open(os.path.join(data_dir, name), os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+            before = _read_bytes()
+            with arc.snapshot() as snap:
+                table, searched = snap.native_probe(k, 38)
+            read += _read_bytes() - before
+            assert rows_multiset(table) == oracle.probe(k, 38), k
+            if oracle.probe(k, 38):
+                assert sum(blocks for _, blocks, _ in searched) > 8
+        assert files.RELEASER.idle()
+    if read == 0:
+        pytest.skip("this filesystem keeps the run files' pages: the probes ran on a warm cache")
+
+
 @pytest.mark.parametrize("text", [False, True])
 def test_probe_many_is_every_single_probe_in_key_order(tmp_path, text):
     """10,000 keys (repeats, absent keys, keys outside the stored range) in one call: the rows of

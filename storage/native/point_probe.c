@@ -236,12 +236,18 @@ typedef struct { struct iovec *v; Py_ssize_t n, cap; size_t longest; } Ahead;
  * A found row's columns lie a column's length apart in its block, so they are mostly one read. */
 #define JOIN_GAP (8 * PAGE)
 
-static int ahead_add(Ahead *A, const uint8_t *from, const uint8_t *to, Error *err) {
-    uintptr_t a = (uintptr_t)from & ~(uintptr_t)(PAGE - 1);
-    if ((uintptr_t)to <= a)
+/* Asks for bytes [from, to) of block ``b``, widened to the block's pages holding them: those are
+ * what check_span hashes, and a block starts anywhere in its file, not on a page of memory, so
+ * a block page mostly spans two (a page of memory not asked for is a read of its own). */
+static int ahead_add(Ahead *A, const Block *b, const uint8_t *from, const uint8_t *to, Error *err) {
+    if (to <= from)
         return 0;
-    if ((uintptr_t)to - a > A->longest)  /* of the ranges asked for, not joined: the warm test's measure */
+    uintptr_t a = (uintptr_t)from & ~(uintptr_t)(PAGE - 1);
+    if ((uintptr_t)to - a > A->longest)  /* of the ranges asked for, not widened or joined: the warm test's measure */
         A->longest = (uintptr_t)to - a;
+    uint64_t lo = (uint64_t)(from - b->p) / PAGE * PAGE, hi = ((uint64_t)(to - b->p) + PAGE - 1) / PAGE * PAGE;
+    a = (uintptr_t)(b->p + lo) & ~(uintptr_t)(PAGE - 1);
+    to = b->p + (hi < b->len ? hi : b->len);
     if (A->n) {
         struct iovec *last = &A->v[A->n - 1];
         uintptr_t base = (uintptr_t)last->iov_base, end = base + last->iov_len;
@@ -279,15 +285,36 @@ static void open_pidfd(void) {
 #endif
 }
 
+#define WARM_SAMPLES 4  /* ranges whose first page the warm test looks at */
+
+static int page_in_memory(const void *p) {
+    unsigned char resident = 0;
+    return mincore((void *)p, 1, &resident) == 0 && (resident & 1);
+}
+
+/* Whether the ranges gathered are in memory already, so that advice would only cost (on a few
+ * resident pages it costs more than a small probe's own reads). Only ranges of a few pages count.
+ * In a probe's first round (``first``) the cache is taken as warm when the first pages of
+ * WARM_SAMPLES ranges spread over the list are in memory. A later round of a cold probe follows
+ * reads of the same blocks, so some of its ranges are in memory either way: it is skipped only
+ * when it has at most WARM_SAMPLES ranges and every one is (one resident range in a list of
+ * hundreds said nothing of the others: they were read a page fault at a time). */
+static int in_memory(const Ahead *A, int first) {
+    if (A->n == 0 || A->longest > SMALL_AHEAD || (!first && A->n > WARM_SAMPLES))
+        return 0;
+    Py_ssize_t step = A->n > WARM_SAMPLES ? (A->n - 1) / (WARM_SAMPLES - 1) : 1;
+    for (Py_ssize_t i = 0; i < A->n; i += step)
+        if (!page_in_memory(A->v[i].iov_base))
+            return 0;
+    return 1;
+}
+
 /* Asks for every range at once: one process_madvise where the kernel allows it (Linux 5.10 on,
  * with the rights it wants), else one madvise a range. Only advice, so failures are ignored.
- * Skipped when every range is a few pages and the first one's first page is in memory already,
- * taken as a sign that the cache is warm: advice on a few resident pages costs more than a
- * small probe's own reads. */
-static int ahead_flush(Ahead *A) {
+ * Skipped, returning 1, when the ranges are in memory already (``in_memory``). */
+static int ahead_flush(Ahead *A, int first) {
     Py_ssize_t done = 0;
-    unsigned char resident = 0;
-    int warm = A->n && A->longest <= SMALL_AHEAD && mincore(A->v[0].iov_base, 1, &resident) == 0 && (resident & 1);
+    int warm = in_memory(A, first);
     if (warm)
         done = A->n;
 #ifdef HAVE_PROCESS_MADVISE
@@ -639,14 +666,15 @@ typedef struct {
     int64_t *size;          /* per run: its file's size, read once a probe (-1: not yet) */
     Ahead ahead;
     int advise;  /* ask for what the probe reads ahead of reading it (the cache may be cold) */
-    int warm;    /* advice found the first range asked for in memory: the cache is warm */
+    int warm;    /* the first round found its ranges in memory (``in_memory``): the cache is warm */
 } Probe;
 
-/* Asks for the ranges gathered (``ahead_flush``) if the probe advises, else drops them: on a warm
- * cache the advice, and the mincore that tells it is warm, cost a probe more than they save. */
-static void advise(Probe *P) {
-    if (P->advise)
-        P->warm |= ahead_flush(&P->ahead);
+/* Asks for the ranges gathered (``ahead_flush``) if the probe advises and its first round
+ * (``first``) did not find the cache warm, else drops them: on a warm cache the advice, and the
+ * mincore that tells it is warm, cost a probe more than they save. */
+static void advise(Probe *P, int first) {
+    if (P->advise && (first || !P->warm))
+        P->warm |= ahead_flush(&P->ahead, first);
     else
         P->ahead.n = P->ahead.longest = 0;
 }
@@ -779,7 +807,7 @@ static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t a
 /* Asks for bytes [at - half, at + half) of candidate ``C``'s block (clipped to the block). */
 static int ahead_near(Probe *P, const Candidate *C, uint64_t at, uint64_t half, Error *err) {
     uint64_t lo = at > half ? at - half : 0, hi = at + half < C->e.length ? at + half : C->e.length;
-    return lo < hi ? ahead_add(&P->ahead, C->b.p + lo, C->b.p + hi, err) : 0;
+    return lo < hi ? ahead_add(&P->ahead, &C->b, C->b.p + lo, C->b.p + hi, err) : 0;
 }
 
 /* Asks for the pages about row ``C->guess`` of the key column and (``every``) of every other
@@ -859,12 +887,21 @@ static int prepare(Probe *P, Run *runs, const Layout *L, const Key *key, Error *
         }
         Key first = run_key(r, 0, C->index), last = run_key(r, 1, C->index);
         C->guess = e.rows ? (uint64_t)(spread(&first, &last, key, r->text) * (e.rows - 1)) : 0;
-        if (ahead_add(&P->ahead, C->b.p, C->b.p + head, err) < 0
+        if (ahead_add(&P->ahead, &C->b, C->b.p, C->b.p + head, err) < 0
             || (head < e.length && ahead_guessed_rows(P, L, C, P->ncand <= GUESS_ROWS_BLOCKS, &first, &last, err) < 0))
             return -1;
     }
-    advise(P);
+    advise(P, 1);
     return 0;
+}
+
+/* Where rows [a, z) of ``rows`` have their strings in variable-width column ``col``, guessed
+ * before their offsets are read: their share of the column's data (``ahead_add`` widens it to
+ * block pages; a miss is asked for by ``ahead_strings``, not with a margin on every block). */
+static void strings_guess(const Column *col, uint64_t a, uint64_t z, uint64_t rows, uint64_t *lo, uint64_t *hi) {
+    uint64_t at = rows ? col->data_len * a / rows : 0, to = rows ? col->data_len * z / rows : 0;
+    *lo = at;
+    *hi = to < col->data_len ? to : col->data_len;
 }
 
 /* Decodes each candidate block in place and finds the key's rows in it (a block without page sums
@@ -883,7 +920,7 @@ static int search_blocks(Probe *P, const Layout *L, const Key *key, Error *err) 
             return -1;
         if (b->sums != NULL && 4 * (C->z - C->a) > C->e.rows) {  /* one request and one hash, as task_reader does */
             C->whole = 1;
-            if (ahead_add(&P->ahead, b->p, b->p + b->len, err) < 0)
+            if (ahead_add(&P->ahead, b, b->p, b->p + b->len, err) < 0)
                 return -1;
             continue;
         }
@@ -892,25 +929,53 @@ static int search_blocks(Probe *P, const Layout *L, const Key *key, Error *err) 
             uint64_t a = C->a, z = C->z, rows = C->e.rows;
             if (c == L->key)
                 continue;  /* the search has read these */
-            if (col->validity && ahead_add(&P->ahead, col->validity + a / 8, col->validity + (z + 7) / 8, err) < 0)
+            if (col->validity && ahead_add(&P->ahead, b, col->validity + a / 8, col->validity + (z + 7) / 8, err) < 0)
                 return -1;
             int r;
             if (L->kind[c] == FIXED)
-                r = ahead_add(&P->ahead, col->values + (uint64_t)L->width[c] * a, col->values + (uint64_t)L->width[c] * z, err);
+                r = ahead_add(&P->ahead, b, col->values + (uint64_t)L->width[c] * a, col->values + (uint64_t)L->width[c] * z, err);
             else if (L->kind[c] == BOOL)
-                r = ahead_add(&P->ahead, col->values + a / 8, col->values + (z + 7) / 8, err);
+                r = ahead_add(&P->ahead, b, col->values + a / 8, col->values + (z + 7) / 8, err);
             else {  /* the offsets, and about where the rows' strings are (known once the offsets are read) */
-                uint64_t at = rows ? col->data_len * a / rows : 0;
-                r = ahead_add(&P->ahead, col->values + 4 * a, col->values + 4 * (z + 1), err);
-                if (r == 0 && col->data_len)
-                    r = ahead_add(&P->ahead, col->data + (at > PAGE ? at - PAGE : 0),
-                                  col->data + (at + PAGE < col->data_len ? at + PAGE : col->data_len), err);
+                uint64_t lo, hi;
+                strings_guess(col, a, z, rows, &lo, &hi);
+                r = ahead_add(&P->ahead, b, col->values + 4 * a, col->values + 4 * (z + 1), err);
+                if (r == 0 && lo < hi)
+                    r = ahead_add(&P->ahead, b, col->data + lo, col->data + hi, err);
             }
             if (r < 0)
                 return -1;
         }
     }
-    advise(P);
+    advise(P, 0);
+    return 0;
+}
+
+/* On a cold cache, asks at once for the found rows' strings, of every returned variable-width
+ * column, that lie outside what search_blocks guessed (``strings_guess``), now that their offsets
+ * are read: the guess misses pages where lengths vary, and each page missed would be a read of
+ * its own. The offsets are not checked yet (collect does), so they are only trusted to stay
+ * inside the column's data. */
+static int ahead_strings(Probe *P, const Layout *L, Error *err) {
+    if (!P->advise || P->warm)
+        return 0;
+    for (Py_ssize_t k = 0; k < P->ncand; k++) {
+        const Candidate *C = &P->cand[k];
+        if (C->whole || C->z <= C->a || C->b.sums == NULL)
+            continue;
+        for (int c = 0; c < L->nout; c++) {
+            const Column *col = &C->cols[c];
+            if (L->kind[c] != VARIABLE || c == L->key)
+                continue;
+            int32_t lo = ldi32(col->values + 4 * C->a), hi = ldi32(col->values + 4 * C->z);
+            uint64_t guess_lo, guess_hi;
+            strings_guess(col, C->a, C->z, C->e.rows, &guess_lo, &guess_hi);
+            if (lo >= 0 && hi > lo && (uint64_t)hi <= col->data_len && ((uint64_t)lo < guess_lo || (uint64_t)hi > guess_hi)
+                && ahead_add(&P->ahead, &C->b, col->data + lo, col->data + hi, err) < 0)
+                return -1;
+        }
+    }
+    advise(P, 0);
     return 0;
 }
 
@@ -991,9 +1056,9 @@ static int batch_block(Batch *B, Run *runs, Py_ssize_t i, Py_ssize_t blk, const 
     P->bytes[i] += e.length;
     C->b = (Block){(uint8_t *)r->map.buf + e.offset, e.length, NULL, NULL, i, e.offset, err};
     if (B->advise) {
-        if (ahead_add(&P->ahead, C->b.p, C->b.p + e.length, err) < 0)
+        if (ahead_add(&P->ahead, &C->b, C->b.p, C->b.p + e.length, err) < 0)
             return -1;
-        advise(P);
+        advise(P, 1);  /* each block is its own first round */
     }
     if (r->have_sums) {
         uint64_t npages = ((uint64_t)e.length + PAGE - 1) / PAGE;
@@ -1425,7 +1490,7 @@ static PyObject *probe(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS  /* the caller's reference keeps the set, and so its maps, alive */
         int64_t t0 = now_ns();
         ok = plan(&P, S->runs, S->nruns, key, as_of, L->text_key, &err) == 0 && prepare(&P, S->runs, L, key, &err) == 0 &&
-             search_blocks(&P, L, key, &err) == 0 && collect(&P, L, as_of, &err) == 0;
+             search_blocks(&P, L, key, &err) == 0 && ahead_strings(&P, L, &err) == 0 && collect(&P, L, as_of, &err) == 0;
         if (now_ns() - t0 > COLD_PROBE_NS)
             S->cold = 1;
         else if (P.warm)
