@@ -40,6 +40,10 @@ class BlockEntry(namedtuple("BlockEntry", BLOCK.names)):
 
 # -- pages: the unit of a probe's reads and checks inside a block --------------------------------------
 PAGE_BYTES = 4096  # also in each descriptor's head ("page"): a descriptor of other pages is refused
+# A block at least this long starts on a page of the file (the zeros before it are under 1/64 of
+# it): then each page its page sums cover is one page of memory, and a probe that reads a few of
+# them reads half the pages it would if they straddled two. Readers take any offset.
+ALIGNED_BLOCK_BYTES = 64 * PAGE_BYTES
 PAGE_SUM = np.dtype("<u4")  # a page's sum: the low 32 bits of its XXH3-64 (``checksum.page_sum``)
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from . import files, key_filter
 from .block_format import encode_blocks
-from .disk_format import BLOCK, FILTER_BITS_PER_KEY, PAGE_BYTES, PAGE_SUM, BlockEntry, page_count
+from .disk_format import ALIGNED_BLOCK_BYTES, BLOCK, FILTER_BITS_PER_KEY, PAGE_BYTES, PAGE_SUM, BlockEntry, page_count
 from .faults import crash_point
 from .run_descriptor import RunDescriptor
 
@@ -51,6 +51,9 @@ class RunWriter:
             self._filters.append(key_filter.block_filter(hashes[row:row + blk.rows], self._units, FILTER_BITS_PER_KEY))
             self._units += int(key_filter.units(blk.rows, FILTER_BITS_PER_KEY))
             row += blk.rows
+            pad = -self._file.size % PAGE_BYTES
+            if pad and blk.entry.length >= ALIGNED_BLOCK_BYTES:
+                self._file.write(bytes(pad))
             self._entries.append(blk.at(self._file.size))
             self._first.append(blk.first_key)
             self._last.append(blk.last_key)

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from .arrow_np import from_np, to_np
 from .block_format import decode_block, older_physical
-from .disk_format import METADATA_GUESS_BYTES, BlockEntry, visible_columns
+from .disk_format import METADATA_GUESS_BYTES, PAGE_BYTES, BlockEntry, visible_columns
 from .errors import CorruptionError
 from .files import OpenFiles
 from .page_check import decode_in_place, in_range, key_rows
@@ -31,12 +31,14 @@ from .tuning import SPAN_BYTES
 
 
 def spans(entries: Sequence[BlockEntry], limit: int = SPAN_BYTES) -> list[tuple[int, int]]:
-    """[start, stop) index ranges of ``entries`` that are adjacent in the file, each at most
+    """[start, stop) index ranges of ``entries`` that are adjacent in the file (or apart by less
+    than a page: the zeros before a block that starts on a page, read and skipped), each at most
     ``limit`` bytes (or one block)."""
     out, a = [], 0
     n = len(entries)
     for b in range(1, n + 1):
-        if b == n or entries[b].offset != entries[b - 1].offset + entries[b - 1].length \
+        gap = entries[b].offset - (entries[b - 1].offset + entries[b - 1].length) if b < n else -1
+        if not 0 <= gap < PAGE_BYTES \
                 or entries[b].offset + entries[b].length - entries[a].offset > limit:
             out.append((a, b))
             a = b

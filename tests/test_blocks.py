@@ -10,13 +10,19 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ebb.query.reader import ArchiveReader
+from ebb.storage.archive import Archive
 from ebb.storage.block_format import INS_SLOT, decode_block, physical_schema
+from ebb.storage.disk_format import ALIGNED_BLOCK_BYTES, PAGE_BYTES
 from ebb.storage.errors import CorruptionError, SchemaError
 from ebb.storage.files import OpenFiles
 from ebb.storage.run_descriptor import RunDescriptor
 from ebb.storage.run_writer import write_run
 from ebb.storage.schema import archive_schema
-from ebb.storage.task_reader import read_blocks
+from ebb.storage.task_reader import read_blocks, spans
+from ebb.storage.verify import verify
+
+from support import Oracle, config, rows_multiset
 
 
 def physical(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -234,3 +240,50 @@ def test_prefetched_head_of_a_block_covers_what_a_keyed_read_touches_first(tmp_p
             assert key_end <= head(e.rows) < key_end + (8 << 10)
         else:
             assert metadata <= head(e.rows) <= 4096
+
+
+def _gaps(desc: RunDescriptor) -> tuple[np.ndarray, np.ndarray]:
+    """Each block's length, and the bytes between each block and the one before it."""
+    offsets, lengths = desc.blocks["offset"].astype(np.int64), desc.blocks["length"].astype(np.int64)
+    return lengths, offsets[1:] - (offsets[:-1] + lengths[:-1])
+
+
+def test_long_blocks_start_on_a_page_and_everything_reads_across_the_zeros(tmp_path):
+    """A block of at least ALIGNED_BLOCK_BYTES starts on a page of its file, after fewer than a
+    page of zeros; a shorter one right after the block before it. Adjacent blocks are still read
+    together, and probes, scans and verify answer as the oracle, with the zeros damaged too."""
+    rng = np.random.default_rng(5)
+    rows = [{"key": int(k), "ts": int(t), "exp": int(t) + 12, "s": "x" * int(n)}
+            for k, t, n in zip(rng.integers(0, 500, 6000), rng.integers(10, 16, 6000), rng.integers(50, 300, 6000))]
+    oracle = Oracle()
+    oracle.load(rows, 16)
+    with Archive.create(str(tmp_path / "a"), config(G=1, E=1, block_bytes=ALIGNED_BLOCK_BYTES + (8 << 10))) as arc:
+        arc.load(pa.Table.from_pylist(rows), 16)
+        with arc.snapshot() as snap:
+            run = snap.state.subindices[0].runs[0]
+            desc = snap.descriptor(run.name)
+        path = tmp_path / "a" / "data" / run.name
+    lengths, gaps = _gaps(desc)
+    long = lengths >= ALIGNED_BLOCK_BYTES
+    assert long.sum() >= 3 and not long[-1]  # the last block is shorter
+    assert (desc.blocks["offset"][long] % PAGE_BYTES == 0).all()
+    assert gaps.any() and (gaps >= 0).all() and (gaps < PAGE_BYTES).all() and (gaps[~long[1:]] == 0).all()
+    assert spans(desc.entries()) == [(0, len(lengths))]  # one read, the zeros skipped
+    raw = bytearray(path.read_bytes())
+    for b in np.flatnonzero(gaps):  # the zeros, then damage to them: dead bytes, no answer changes
+        start = int(desc.blocks["offset"][b] + lengths[b])
+        assert not any(raw[start:start + int(gaps[b])])
+        raw[start] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with Archive(str(tmp_path / "a"), readonly=True) as arc:
+        reader = ArchiveReader(arc)
+        for k in range(-1, 501, 7):
+            assert rows_multiset(reader.probe(k, 16)) == oracle.probe(k, 16), k
+        assert rows_multiset(reader.scan_table(16)) == oracle.scan(16)
+        assert verify(arc)[0] == []
+
+
+def test_short_blocks_follow_one_another_with_no_gap(tmp_path):
+    _, _, desc = _mixed_run(tmp_path)
+    lengths, gaps = _gaps(desc)
+    assert (lengths < ALIGNED_BLOCK_BYTES).all() and (gaps == 0).all()
