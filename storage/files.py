@@ -34,7 +34,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from .errors import CorruptionError, DataIOError, LockHeld
-from .tuning import DROP_STEP_BYTES as DROP_STEP, OPEN_FILES
+from .tuning import DROP_STEP_BYTES as DROP_STEP, OPEN_FILES, RELEASE_DELAY_S
 
 MARKER = "EBB"  # identifies an archive directory; holds the format version
 LOCK = "LOCK"  # flock'd by the one process that may update the archive
@@ -305,11 +305,17 @@ class _Releaser:
     The process waits for it at exit (``atexit``): freeing a map releases the GIL around munmap,
     and a daemon thread that wants the GIL back once the interpreter is finalizing is ended by
     pthread_exit inside Arrow's C++ buffer destructor, which aborts the process ("terminate called
-    without an active exception", exit status -6)."""
+    without an active exception", exit status -6).
+
+    It waits ``RELEASE_DELAY_S`` before dropping what it was handed: the version switch that hands
+    it over happens inside a request (the first probe of a new version), and dropping pages takes
+    the process's memory-map lock and the GIL, both of which that request needs to map the new
+    runs. ``idle`` cuts the wait short."""
 
     def __init__(self):
         self._queue: list = []
         self._busy = False  # items taken off the queue and not yet dropped
+        self._hurry = 0  # callers of ``idle`` waiting: no delay
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         atexit.register(self.idle)
@@ -330,6 +336,7 @@ class _Releaser:
             with self._cv:
                 while not self._queue:
                     self._cv.wait()
+                self._cv.wait_for(lambda: self._hurry, RELEASE_DELAY_S)
                 items, self._busy = self._queue.pop(0), True
             for item in items:
                 if isinstance(item, MappedSource):
@@ -344,12 +351,19 @@ class _Releaser:
     def idle(self, timeout: float = 10.0) -> bool:
         """Waits until everything handed over has been released (for tests)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        with self._cv:
+            self._hurry += 1
+            self._cv.notify_all()
+        try:
+            while time.monotonic() < deadline:
+                with self._cv:
+                    if not self._queue and not self._busy:
+                        return True
+                time.sleep(0.001)
+            return False
+        finally:
             with self._cv:
-                if not self._queue and not self._busy:
-                    return True
-            time.sleep(0.001)
-        return False
+                self._hurry -= 1
 
 
 RELEASER = _Releaser()

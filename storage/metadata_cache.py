@@ -59,10 +59,15 @@ class MetadataCache:
         hit = self._get(("arrays", name))
         if hit is not None:
             return hit[0]
-        if self._get(("run", name)) is None and self._get(("sums", name)) is None:
-            self.adopt(read_run(txn, name))  # both parts from one read and parse of the descriptor
-        desc = self.descriptor(txn, name)
-        arrays = RunArrays.of(desc, self.page_sums(txn, name), read_filters(desc))
+        lean, sums = self._get(("run", name)), self._get(("sums", name))
+        if lean is None and sums is None:
+            desc = read_run(txn, name)  # both parts from one read and parse of the descriptor
+            self.adopt(desc)
+            sums = desc.sums
+        else:
+            desc = lean[0] if lean is not None else self.descriptor(txn, name)
+            sums = sums[0] if sums is not None else self.page_sums(txn, name)
+        arrays = RunArrays.of(desc, sums, read_filters(desc))
         self._put(("arrays", name), arrays, arrays.nbytes)
         return arrays
 

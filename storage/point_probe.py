@@ -15,6 +15,7 @@ reading each block once for all the keys it holds.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -131,11 +132,16 @@ class RunArrays:
         return RunArrays(np.array(first_keys, np.int64), np.array(last_keys, np.int64), blocks, sections, page_start, sums,
                          None, None, *kept)
 
-    @property
+    @functools.cached_property
+    def native_args(self) -> tuple:
+        """The arrays in the order ``_point_probe.run_set`` takes them, after a run's map and
+        liveness (built once: a version's run set is built again from them on each new version)."""
+        return (self.first_keys, self.last_keys, self.blocks, self.sections, self.page_start, self.sums, self.first_at,
+                self.last_at, self.filter_at, self.filters)
+
+    @functools.cached_property
     def nbytes(self) -> int:
-        return 200 + sum(a.nbytes for a in (self.first_keys, self.last_keys, self.blocks, self.sections, self.page_start,
-                                             self.sums, self.first_at, self.last_at, self.filters, self.filter_at)
-                         if a is not None)
+        return 200 + sum(a.nbytes for a in self.native_args if a is not None)
 
 
 def _packed(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -172,9 +178,7 @@ class ProbeRuns:
            layout: ColumnLayout, schema: pa.Schema) -> "ProbeRuns":
         """``runs`` with their mapped files, arrays and (max_exp, first_live), for ``schema`` (the
         archive schema), stored as ``layout`` says."""
-        args = [(*src.native(), max_exp, first_live, a.first_keys, a.last_keys, a.blocks, a.sections, a.page_start,
-                 a.sums, a.first_at, a.last_at, a.filter_at, a.filters)
-                for src, a, (max_exp, first_live) in zip(sources, arrays, live)]
+        args = [src.native() + live_part + a.native_args for src, a, live_part in zip(sources, arrays, live)]
         return ProbeRuns(runs, sources, _point_probe.run_set(args, layout.kinds, layout.widths, layout.key,
                                                              layout.ts, layout.exp, layout.returned),
                          empty_table(schema))

@@ -21,6 +21,7 @@ them (``from_bytes(with_sums=False)``) and a probe reads them separately (``sums
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import json
 import struct
@@ -88,8 +89,9 @@ class RunDescriptor:
         """This descriptor without its page sums (for caching: only probes need them)."""
         if self.sums is None:
             return self
-        return RunDescriptor(self.name, self.subindex, self.blocks, self.first_keys, self.last_keys, None, self.paged,
-                             self.schema, self.filter_offset, self.filter_bits)
+        lean = copy.copy(self)  # the arrays derived from the blocks are shared, not computed again
+        lean.sums = None
+        return lean
 
     @property
     def nbytes(self) -> int:

@@ -297,11 +297,13 @@ class Snapshot:
         meta, files = reads.metadata, reads.open_files
         runs, maps, arrays, live = [], [], [], []
         for draining, i, sub in sources(state, subindices):
+            at = where(i, draining)
+            what = f"archive {self._archive.path}, {at}"
             for run in sub.runs:
-                runs.append(RunToProbe(i, where(i, draining), run.name))
-                maps.append(files.mapped(run.name))
-                what = f"archive {self._archive.path}, {where(i, draining)}"
-                arrays.append(meta.run_arrays(self.txn, run.name, functools.partial(_filters, maps[-1], what)))
+                runs.append(RunToProbe(i, at, run.name))
+                source = files.mapped(run.name)
+                maps.append(source)
+                arrays.append(meta.run_arrays(self.txn, run.name, functools.partial(_filters, source, what)))
                 live.append((run.max_exp, run.first_live))
         found = ProbeRuns.of(runs, maps, arrays, live, layout, self.schema)
         if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit:

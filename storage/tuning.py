@@ -38,6 +38,9 @@ OPEN_FILES = 512
 # A replaced version's maps are unmapped this much at a time (files.MappedSource.drop_pages): each step
 # holds the process's memory-map lock, which every page fault of every other thread waits for.
 DROP_STEP_BYTES = 2 << 20
+# ... after this long (files.RELEASER): the request that switched versions maps the new runs meanwhile,
+# without waiting for that lock or the GIL (its first probe took ~10% longer with no wait).
+RELEASE_DELAY_S = 0.05
 
 # -- metadata -------------------------------------------------------------------------------------------
 # Parsed run metadata an archive keeps across snapshots (metadata_cache): bounded in bytes so memory does

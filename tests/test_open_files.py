@@ -5,9 +5,11 @@ it finishes, whatever newer versions the process sees meanwhile."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pyarrow as pa
@@ -176,3 +178,19 @@ def test_a_process_that_exits_while_maps_are_being_let_go_of_exits_cleanly(tmp_p
     for _ in range(5):  # without the wait at exit, most runs aborted
         done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
         assert (done.returncode, done.stderr) == (0, "")
+
+
+class _Held:
+    """Something a replaced version held (a stand-in: only its lifetime is watched)."""
+
+
+def test_the_releaser_waits_before_letting_go_unless_asked_to_finish():
+    item = _Held()
+    gone = weakref.ref(item)
+    RELEASER.release([item])
+    del item
+    gc.collect()
+    assert gone() is not None  # within RELEASE_DELAY_S of the handover: still held, off the request path
+    assert RELEASER.idle()  # waiting for it cuts the delay short
+    gc.collect()
+    assert gone() is None

@@ -757,13 +757,6 @@ static int unit_may_hold(const uint8_t *bits, uint64_t index, uint64_t h) {
     return 1;
 }
 
-/* Whether block ``blk`` of run ``i`` may hold the key of hash ``h`` (``unit_may_hold``; 1 without a filter). */
-static int may_hold(const Run *r, Py_ssize_t blk, uint64_t h) {
-    uint64_t index = 0;
-    const uint8_t *bits = filter_unit(r, blk, h, &index);
-    return bits == NULL || unit_may_hold(bits, index, h);
-}
-
 /* The blocks of run ``r`` whose key range holds ``key``: [*start, *stop) of section ``s``
  * (read_plan.plan's choice, before max_exp and filters); 0 if none. */
 static int key_range(const Run *r, Py_ssize_t s, const Key *key, Py_ssize_t *start, Py_ssize_t *stop) {
@@ -778,10 +771,48 @@ static int key_range(const Run *r, Py_ssize_t s, const Key *key, Py_ssize_t *sta
     return *start < *stop;
 }
 
-/* The live blocks of each run whose key range holds ``key`` and whose key filter does not rule it out. */
+/* A block whose key range holds the key, its entry and filter unit asked for (prefetched). */
+typedef struct { Py_ssize_t run, blk; const uint8_t *unit; uint64_t index; } Pending;
+#define PENDING 32  /* blocks whose memory is asked for before the first is checked */
+
+/* Fills ``p`` with block ``blk`` of run ``i`` and the filter unit the key of hash ``h`` reads,
+ * and asks for both (prefetch: the CPU fetches them while the caller goes on). */
+static void ask_pending(Pending *p, const Run *runs, Py_ssize_t i, Py_ssize_t blk, uint64_t h) {
+    const uint8_t *entry = (const uint8_t *)runs[i].blocks.buf + ENTRY_BYTES * blk;
+    *p = (Pending){.run = i, .blk = blk};
+    p->unit = filter_unit(&runs[i], blk, h, &p->index);
+    __builtin_prefetch(entry);
+    __builtin_prefetch(entry + ENTRY_BYTES - 1);
+    if (p->unit != NULL)
+        __builtin_prefetch(p->unit);
+}
+
+/* Makes each of ``q[0..n)`` that is live at ``as_of`` and whose filter does not rule out the
+ * key of hash ``h`` a candidate, in order. */
+static int admit(Probe *P, Run *runs, const Pending *q, int n, uint64_t h, int64_t as_of, Py_ssize_t *cap,
+                 Error *err) {
+    for (int k = 0; k < n; k++) {
+        Entry e = entry_at(runs[q[k].run].blocks.buf, q[k].blk);
+        if (e.max_exp <= as_of || (q[k].unit != NULL && !unit_may_hold(q[k].unit, q[k].index, h)))
+            continue;
+        if (grow(&P->cand, P->ncand, cap, sizeof(Candidate), err) < 0)
+            return -1;
+        P->cand[P->ncand++] = (Candidate){.run = q[k].run, .index = q[k].blk, .e = e};
+        P->seen[q[k].run]++;
+        P->bytes[q[k].run] += e.length;
+    }
+    return 0;
+}
+
+/* The live blocks of each run whose key range holds ``key`` and whose key filter does not rule it
+ * out. A NoRebuild run has a section per expiration slot, each spanning the key range, so a
+ * probe checks hundreds of blocks' entries and filter units, mostly not in the CPU's caches:
+ * they are asked for PENDING at a time before any is checked, so that the misses overlap. */
 static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t as_of, int text, Error *err) {
     Py_ssize_t cap = 0, start, stop;
     uint64_t h = key_hash(key, text);
+    Pending q[PENDING];
+    int n = 0;
     for (Py_ssize_t i = 0; i < nruns; i++) {
         Run *r = &runs[i];
         if (r->max_exp <= as_of)
@@ -790,18 +821,16 @@ static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t a
             if (!key_range(r, s, key, &start, &stop))
                 continue;
             for (Py_ssize_t blk = start; blk < stop; blk++) {
-                Entry e = entry_at(r->blocks.buf, blk);
-                if (e.max_exp <= as_of || !may_hold(r, blk, h))
-                    continue;
-                if (grow(&P->cand, P->ncand, &cap, sizeof(Candidate), err) < 0)
-                    return -1;
-                P->cand[P->ncand++] = (Candidate){.run = i, .index = blk, .e = e};
-                P->seen[i]++;
-                P->bytes[i] += e.length;
+                ask_pending(&q[n++], runs, i, blk, h);
+                if (n == PENDING) {
+                    if (admit(P, runs, q, n, h, as_of, &cap, err) < 0)
+                        return -1;
+                    n = 0;
+                }
             }
         }
     }
-    return 0;
+    return admit(P, runs, q, n, h, as_of, &cap, err);
 }
 
 /* Asks for bytes [at - half, at + half) of candidate ``C``'s block (clipped to the block). */
@@ -1078,50 +1107,66 @@ static int batch_block(Batch *B, Run *runs, Py_ssize_t i, Py_ssize_t blk, const 
     return 0;
 }
 
+/* The rows of key ``k`` (``key``, of hash ``h``) valid at ``as_of`` in the blocks ``q[0..n)`` that
+ * are live and whose filter does not rule the key out, appended to the batch's rows. */
+static int batch_admit(Batch *B, Run *runs, const Pending *q, int n, const Layout *L, const Key *key, Py_ssize_t k,
+                       uint64_t h, int64_t as_of, Py_ssize_t *row_cap, Error *err) {
+    Probe *P = &B->P;
+    for (int j = 0; j < n; j++) {
+        Run *r = &runs[q[j].run];
+        Py_ssize_t blk = q[j].blk;
+        Candidate *C = NULL;
+        if (entry_at(r->blocks.buf, blk).max_exp <= as_of || (q[j].unit != NULL && !unit_may_hold(q[j].unit, q[j].index, h)))
+            continue;
+        if (batch_block(B, runs, q[j].run, blk, L, err, &C) < 0)
+            return -1;
+        Key first = run_key(r, 0, blk), last = run_key(r, 1, blk);
+        uint64_t guess = C->e.rows ? (uint64_t)(spread(&first, &last, key, r->text) * (C->e.rows - 1)) : 0, lo, hi;
+        if (key_rows(&C->b, L, C->cols, C->e.rows, key, guess, &lo, &hi) < 0)
+            return -1;
+        for (int c = 0; c < L->nout && hi > lo; c++)
+            if (check_rows(&C->b, L, &C->cols[c], c, lo, hi) < 0)
+                return -1;
+        for (uint64_t row = lo; row < hi; row++) {
+            int64_t ts = ldi64(C->cols[L->ts].values + 8 * row), exp = ldi64(C->cols[L->exp].values + 8 * row);
+            if (!(ts <= as_of && as_of < exp))
+                continue;
+            if (grow(&P->rows, P->nrows, row_cap, sizeof(Row), err) < 0)
+                return -1;
+            P->rows[P->nrows] = (Row){C - P->cand, (Py_ssize_t)row, P->nrows, k, exp, ts};
+            P->nrows++;
+        }
+    }
+    return 0;
+}
+
 /* The rows of key ``keys[k]`` valid at ``as_of`` in every run, appended to the batch's rows with
- * ``key`` = k (their order among the keys). */
+ * ``key`` = k (their order among the keys). The blocks' entries and filter units are asked for
+ * PENDING at a time before any is checked, as ``plan`` does. */
 static int batch_key(Batch *B, Run *runs, Py_ssize_t nruns, const Layout *L, const Key *key, Py_ssize_t k, int64_t as_of,
                      Py_ssize_t *row_cap, Error *err) {
-    Probe *P = &B->P;
     uint64_t h = key_hash(key, L->text_key);
+    Pending q[PENDING];
+    int n = 0;
+    Py_ssize_t start, stop;
     for (Py_ssize_t i = 0; i < nruns; i++) {
         Run *r = &runs[i];
         if (r->max_exp <= as_of)
             continue;
-        Py_ssize_t nblocks = r->blocks.len / ENTRY_BYTES, nsec = r->sections.len / 8;
-        for (Py_ssize_t s = 0; s + 1 < nsec; s++) {
-            Py_ssize_t a = ldi64((uint8_t *)r->sections.buf + 8 * s), b = ldi64((uint8_t *)r->sections.buf + 8 * s + 8);
-            if (a < r->first_live) a = r->first_live;
-            if (b > nblocks) b = nblocks;
-            if (a >= b)
+        for (Py_ssize_t s = 0; s + 1 < r->sections.len / 8; s++) {
+            if (!key_range(r, s, key, &start, &stop))
                 continue;
-            Py_ssize_t start = bisect(r, 1, a, b, key, 0), stop = bisect(r, 0, a, b, key, 1);
             for (Py_ssize_t blk = start; blk < stop; blk++) {
-                Candidate *C = NULL;
-                if (entry_at(r->blocks.buf, blk).max_exp <= as_of || !may_hold(r, blk, h))
-                    continue;
-                if (batch_block(B, runs, i, blk, L, err, &C) < 0)
-                    return -1;
-                Key first = run_key(r, 0, blk), last = run_key(r, 1, blk);
-                uint64_t guess = C->e.rows ? (uint64_t)(spread(&first, &last, key, r->text) * (C->e.rows - 1)) : 0, lo, hi;
-                if (key_rows(&C->b, L, C->cols, C->e.rows, key, guess, &lo, &hi) < 0)
-                    return -1;
-                for (int c = 0; c < L->nout && hi > lo; c++)
-                    if (check_rows(&C->b, L, &C->cols[c], c, lo, hi) < 0)
+                ask_pending(&q[n++], runs, i, blk, h);
+                if (n == PENDING) {
+                    if (batch_admit(B, runs, q, n, L, key, k, h, as_of, row_cap, err) < 0)
                         return -1;
-                for (uint64_t row = lo; row < hi; row++) {
-                    int64_t ts = ldi64(C->cols[L->ts].values + 8 * row), exp = ldi64(C->cols[L->exp].values + 8 * row);
-                    if (!(ts <= as_of && as_of < exp))
-                        continue;
-                    if (grow(&P->rows, P->nrows, row_cap, sizeof(Row), err) < 0)
-                        return -1;
-                    P->rows[P->nrows] = (Row){C - P->cand, (Py_ssize_t)row, P->nrows, k, exp, ts};
-                    P->nrows++;
+                    n = 0;
                 }
             }
         }
     }
-    return 0;
+    return batch_admit(B, runs, q, n, L, key, k, h, as_of, row_cap, err);
 }
 
 /* A batch's keys: ``n`` int64 at ``ints``, or (text) ``n`` strings of ``data`` between int64 ``offsets``. */
