@@ -337,7 +337,8 @@ class _Releaser:
                 while not self._queue:
                     self._cv.wait()
                 self._cv.wait_for(lambda: self._hurry, RELEASE_DELAY_S)
-                items, self._busy = self._queue.pop(0), True
+                # all that came during the wait: versions may switch faster than once a delay
+                items, self._queue, self._busy = [x for handed in self._queue for x in handed], [], True
             for item in items:
                 if isinstance(item, MappedSource):
                     try:

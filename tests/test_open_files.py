@@ -9,6 +9,7 @@ import gc
 import os
 import subprocess
 import sys
+import time
 import weakref
 
 import numpy as np
@@ -19,6 +20,7 @@ from ebb.query.reader import ArchiveReader
 from ebb.storage.archive import Archive
 from ebb.storage.errors import CorruptionError
 from ebb.storage.files import RELEASER, OpenFiles
+from ebb.storage.tuning import RELEASE_DELAY_S
 
 from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
 
@@ -194,3 +196,16 @@ def test_the_releaser_waits_before_letting_go_unless_asked_to_finish():
     assert RELEASER.idle()  # waiting for it cuts the delay short
     gc.collect()
     assert gone() is None
+
+
+def test_the_releaser_keeps_up_with_versions_that_switch_faster_than_its_delay():
+    items = [_Held() for _ in range(80)]
+    gone = [weakref.ref(x) for x in items]
+    for x in items:  # 80 handovers within one delay: one wait lets go of them all (not one a wait: 4 s)
+        RELEASER.release([x])
+    del items, x
+    deadline = time.monotonic() + 10 * RELEASE_DELAY_S
+    while any(g() is not None for g in gone) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        gc.collect()
+    assert all(g() is None for g in gone)
