@@ -39,7 +39,7 @@ OPEN_FILES = 512
 # holds the process's memory-map lock, which every page fault of every other thread waits for.
 DROP_STEP_BYTES = 2 << 20
 # ... after this long (files.RELEASER): the request that switched versions maps the new runs meanwhile,
-# without waiting for that lock or the GIL (its first probe took ~10% longer with no wait).
+# without waiting for that lock or the GIL (its first probe took about 8% longer with no wait).
 RELEASE_DELAY_S = 0.05
 
 # -- metadata -------------------------------------------------------------------------------------------
