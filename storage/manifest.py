@@ -317,7 +317,8 @@ def write_schema_history(txn, history: SchemaHistory) -> None:
     txn.put(b"schemas", _seal(b"schemas", history.to_json()))
 
 
-def _run_value(txn, name: str) -> bytes:
+def read_run_value(txn, name: str) -> bytes:
+    """The sealed descriptor of run ``name`` as stored (``RunDescriptor.from_bytes`` parses it)."""
     raw = _lookup(txn, RunDescriptor.key(name))
     if raw is None:
         raise CorruptionError(f"the archive's metadata has no descriptor for run {name}: it is damaged")
@@ -326,12 +327,12 @@ def _run_value(txn, name: str) -> bytes:
 
 def read_run(txn, name: str, with_sums: bool = True) -> RunDescriptor:
     """The descriptor of run ``name``, with or without its page sums (see ``read_page_sums``)."""
-    return RunDescriptor.from_bytes(_run_value(txn, name), name, f"descriptor of run {name}", with_sums)
+    return RunDescriptor.from_bytes(read_run_value(txn, name), name, f"descriptor of run {name}", with_sums)
 
 
 def read_page_sums(txn, name: str) -> np.ndarray | None:
     """The page sums of run ``name`` (None: written without them)."""
-    return RunDescriptor.sums_from_bytes(_run_value(txn, name), name, f"descriptor of run {name}")
+    return RunDescriptor.sums_from_bytes(read_run_value(txn, name), name, f"descriptor of run {name}")
 
 
 def write_run(txn, desc: RunDescriptor) -> None:

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable
-
 import numpy as np
 import pyarrow as pa
 
-from .manifest import read_page_sums, read_run
-from .point_probe import RunArrays
+from .manifest import read_page_sums, read_run, read_run_value
+from .point_probe import ReadFilters, RunArrays
 from .run_descriptor import RunDescriptor
 from .tuning import METADATA_CACHE_BYTES
 
@@ -53,21 +51,23 @@ class MetadataCache:
         self._put(("sums", name), sums, 64 + (sums.nbytes if sums is not None else 0))
         return sums
 
-    def run_arrays(self, txn, name: str, read_filters: Callable[[RunDescriptor], pa.Buffer | None]) -> RunArrays:
+    def run_arrays(self, txn, name: str, read_filters: ReadFilters) -> RunArrays:
         """What a native point probe needs of run ``name``: its descriptor's arrays, its page
         sums, and its key filters (``read_filters`` reads them from the run file)."""
         hit = self._get(("arrays", name))
         if hit is not None:
             return hit[0]
         lean, sums = self._get(("run", name)), self._get(("sums", name))
-        if lean is None and sums is None:
-            desc = read_run(txn, name)  # both parts from one read and parse of the descriptor
-            self.adopt(desc)
-            sums = desc.sums
+        if lean is None and sums is None:  # not read yet: straight from the stored value, no descriptor
+            value, what = read_run_value(txn, name), f"descriptor of run {name}"
+            arrays = RunArrays.from_value(value, name, what, read_filters)
+            if arrays is None:  # string keys: parsed whole, both parts kept for other reads too
+                desc = RunDescriptor.from_bytes(value, name, what)
+                self.adopt(desc)
+                arrays = RunArrays.of(desc, desc.sums, read_filters)
         else:
             desc = lean[0] if lean is not None else self.descriptor(txn, name)
-            sums = sums[0] if sums is not None else self.page_sums(txn, name)
-        arrays = RunArrays.of(desc, sums, read_filters(desc))
+            arrays = RunArrays.of(desc, sums[0] if sums is not None else self.page_sums(txn, name), read_filters)
         self._put(("arrays", name), arrays, arrays.nbytes)
         return arrays
 

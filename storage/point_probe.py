@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -32,9 +32,13 @@ else:
     except ImportError:  # not built (installed without a C compiler): point probes take the planned read
         _point_probe = None
 from .arrow_np import empty_table
-from .disk_format import BLOCK, PAGE_SUM, native_constants, page_count, visible_columns
+from .disk_format import BLOCK, FILTER_BITS_UNNAMED, INT_KEY, PAGE_SUM, native_constants, visible_columns
 from .errors import CorruptionError, DataIOError
-from .run_descriptor import RunDescriptor
+from .run_descriptor import RunDescriptor, parse_sealed
+
+# reads a run file's key filters: (run name, start, end) -> its bytes [start, end), which must end
+# where the file does (filters placed by the wrong bits a record would pass their sums and hide rows)
+ReadFilters = Callable[[str, int, int], pa.Buffer]
 
 
 def check_native_format(module, facts: dict[str, int]) -> None:
@@ -113,29 +117,65 @@ class RunArrays:
     filter_at: np.ndarray | None = None
 
     @staticmethod
-    def of(desc: RunDescriptor, sums: np.ndarray | None, filters: pa.Buffer | None = None) -> "RunArrays":
-        """The arrays of run ``desc``, with its page ``sums`` and its key ``filters`` (the bytes
-        from ``desc.filter_offset`` to the end of its file; None: not used)."""
-        at = None if filters is None or desc.filter_at is None else desc.filter_at - desc.filter_offset
-        return RunArrays.build(desc.first_keys, desc.last_keys, desc.blocks, np.array(desc.section_bounds, np.int64),
-                               desc.page_start.astype(np.int64, copy=False), sums, filters if at is not None else None, at)
+    def of(desc: RunDescriptor, sums: np.ndarray | None, read_filters: ReadFilters | None = None) -> "RunArrays":
+        """The arrays of run ``desc`` with its page ``sums``, and its key filters if it has them
+        and ``read_filters`` is given."""
+        if desc.first_keys and type(desc.first_keys[0]) is str:
+            (first, first_at), (last, last_at) = _packed(desc.first_keys), _packed(desc.last_keys)
+        else:
+            first, last, first_at, last_at = (np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64),
+                                              None, None)
+        return RunArrays._of_blocks(desc.name, desc.blocks, first, last, first_at, last_at, sums, desc.filter_offset,
+                                    desc.filter_bits, read_filters)
 
     @staticmethod
-    def build(first_keys: list | tuple, last_keys: list | tuple, blocks: np.ndarray, sections: np.ndarray,
-              page_start: np.ndarray, sums: np.ndarray | None, filters: pa.Buffer | None,
-              filter_at: np.ndarray | None) -> "RunArrays":
-        """The arrays of blocks ``blocks`` (BLOCK entries) with their first and last keys."""
+    def from_value(value: bytes, name: str, what: str, read_filters: ReadFilters) -> "RunArrays | None":
+        """The arrays of run ``name`` straight from its sealed descriptor ``value`` as stored, without
+        a ``RunDescriptor``: the keys, blocks and page sums are views of it. A reader preparing
+        the runs a commit added does this on the first probe of their version, so it is kept
+        short. None for string keys (``of`` then). CorruptionError naming ``what`` if damaged."""
+        value = bytes(value)  # the arrays view it: not a buffer that lives only as long as a transaction
+        body, head, blocks, pos, end = parse_sealed(value, name, what)
+        if head["keys"] != "int":
+            return None
+        n = head["n"]
+        keys = np.frombuffer(body, INT_KEY, 2 * n, pos)
+        sums = np.frombuffer(body, PAGE_SUM, (len(body) - end) // PAGE_SUM.itemsize, end) if "page" in head else None
+        return RunArrays._of_blocks(name, blocks, keys[:n], keys[n:], None, None, sums, head.get("filter"),
+                                    head.get("filter_bits", FILTER_BITS_UNNAMED), read_filters)
+
+    @staticmethod
+    def _of_blocks(name: str, blocks: np.ndarray, first: np.ndarray, last: np.ndarray, first_at: np.ndarray | None,
+                   last_at: np.ndarray | None, sums: np.ndarray | None, filter_offset: int | None, filter_bits: int,
+                   read_filters: ReadFilters | None) -> "RunArrays":
+        """The arrays of a run's ``blocks`` (BLOCK entries) and keys, with what the native code
+        derives from the blocks (``_point_probe.block_arrays``) and the key filters it says
+        where to read."""
+        use_filters = filter_offset is not None and read_filters is not None
+        sections, page_start, filter_at = _point_probe.block_arrays(blocks, filter_bits if use_filters else 0)
+        filters = None
+        if filter_at is not None:
+            filter_at = np.frombuffer(filter_at, np.int64)
+            filters = np.frombuffer(read_filters(name, filter_offset, filter_offset + int(filter_at[-1])), np.uint8)
+        return RunArrays(first, last, blocks, np.frombuffer(sections, np.int64), np.frombuffer(page_start, np.int64), sums,
+                         first_at, last_at, filters, filter_at)
+
+    @staticmethod
+    def build(first_keys: list | tuple, last_keys: list | tuple, blocks: np.ndarray, sums: np.ndarray | None,
+              filters: pa.Buffer | None, filter_at: np.ndarray | None) -> "RunArrays":
+        """The arrays of blocks ``blocks`` (BLOCK entries) with their first and last keys, their
+        key ``filters`` and where each block's starts in them, then the end."""
+        sections, page_start, _ = _point_probe.block_arrays(blocks, 0)
         kept = (None, None) if filters is None else (np.frombuffer(filters, np.uint8), np.asarray(filter_at, np.int64))
+        derived = (blocks, np.frombuffer(sections, np.int64), np.frombuffer(page_start, np.int64), sums)
         if first_keys and type(first_keys[0]) is str:
             (first, first_at), (last, last_at) = _packed(list(first_keys)), _packed(list(last_keys))
-            return RunArrays(first, last, blocks, sections, page_start, sums, first_at, last_at, *kept)
-        return RunArrays(np.array(first_keys, np.int64), np.array(last_keys, np.int64), blocks, sections, page_start, sums,
-                         None, None, *kept)
+            return RunArrays(first, last, *derived, first_at, last_at, *kept)
+        return RunArrays(np.array(first_keys, np.int64), np.array(last_keys, np.int64), *derived, None, None, *kept)
 
     @functools.cached_property
     def native_args(self) -> tuple:
-        """The arrays in the order ``_point_probe.run_set`` takes them, after a run's map and
-        liveness (built once: a version's run set is built again from them on each new version)."""
+        """The arrays in the order ``_point_probe.prepared_run`` takes them, after a run's map."""
         return (self.first_keys, self.last_keys, self.blocks, self.sections, self.page_start, self.sums, self.first_at,
                 self.last_at, self.filter_at, self.filters)
 
@@ -161,27 +201,48 @@ class RunToProbe(NamedTuple):
     name: str
 
 
+class PreparedRun(NamedTuple):
+    """A run ready for run sets: its mapped file, and the native handle that holds its map and
+    arrays (``_point_probe.prepared_run``). Each version that keeps the run reuses it
+    (``read_state.ReadState.prepared_runs``), so a new version costs a lookup a run it kept."""
+
+    run: RunToProbe
+    source: object  # files.MappedSource: the native code checks the file's size through its descriptor
+    handle: object
+    nbytes: int  # of its arrays
+
+    @staticmethod
+    def of(run: RunToProbe, source, arrays: RunArrays) -> "PreparedRun":
+        return PreparedRun(run, source, _point_probe.prepared_run(*source.native(), *arrays.native_args), arrays.nbytes)
+
+
 @dataclass(frozen=True)
 class ProbeRuns:
     """The runs point probes of one version search, ready for the native code, which holds their
-    arrays and maps (``_point_probe.run_set``) for as long as this lives. ``sources`` keeps each
+    arrays and maps (``_point_probe.run_set``) for as long as this lives. ``prepared`` keeps each
     run's ``files.MappedSource`` open too: the native code checks the file's size through its
     descriptor, which must not be closed (and its number reused) while a probe runs."""
 
-    runs: list[RunToProbe]
-    sources: list
+    prepared: list[PreparedRun]
     native: object  # the run set capsule
     empty: pa.Table  # a probe's answer when no row matches (most keys' in an archive of many keys)
 
+    @property
+    def runs(self) -> list[RunToProbe]:
+        return [p.run for p in self.prepared]
+
+    @property
+    def sources(self) -> list:
+        return [p.source for p in self.prepared]
+
     @staticmethod
-    def of(runs: list[RunToProbe], sources: list, arrays: list[RunArrays], live: list[tuple[int, int]],
-           layout: ColumnLayout, schema: pa.Schema) -> "ProbeRuns":
-        """``runs`` with their mapped files, arrays and (max_exp, first_live), for ``schema`` (the
-        archive schema), stored as ``layout`` says."""
-        args = [src.native() + live_part + a.native_args for src, a, live_part in zip(sources, arrays, live)]
-        return ProbeRuns(runs, sources, _point_probe.run_set(args, layout.kinds, layout.widths, layout.key,
-                                                             layout.ts, layout.exp, layout.returned),
-                         empty_table(schema))
+    def of(prepared: list[PreparedRun], live: list[tuple[int, int]], layout: ColumnLayout,
+           schema: pa.Schema) -> "ProbeRuns":
+        """``prepared`` runs with (max_exp, first_live) of each in this version, for ``schema``
+        (the archive schema), stored as ``layout`` says."""
+        native = _point_probe.run_set([p.handle for p in prepared], live, layout.kinds, layout.widths, layout.key,
+                                      layout.ts, layout.exp, layout.returned)
+        return ProbeRuns(prepared, native, empty_table(schema))
 
 
 def probe(runs: ProbeRuns, key: int | str, as_of: int, schema: pa.Schema,
@@ -210,10 +271,10 @@ def _result(runs: ProbeRuns, schema: pa.Schema, what: str, call, *args) -> tuple
         capsule, visited, address = call(*args)
     except _point_probe.BlockError as e:
         i, offset, msg, errnum = e.args
-        run = runs.runs[i]
+        run = runs.prepared[i].run
         msg = f"{what}, {run.where}, run {run.name}, block at byte {offset}: {msg}"
         raise (DataIOError(errnum, msg) if errnum else CorruptionError(msg)) from None
-    searched = [(runs.runs[i].subindex, b, z) for i, b, z in visited]
+    searched = [(runs.prepared[i].run.subindex, b, z) for i, b, z in visited]
     if capsule is None:
         return runs.empty, searched
     # moves the batch out of the struct ``capsule`` owns (which then frees only the struct), against
@@ -230,19 +291,16 @@ def probe_task(task, files, physical: pa.Schema, key: str, ts: str, exp: str, wh
     The archive schema's columns; ordered by (key, exp, ts)."""
     batch = task.batch
     blocks = np.array([tuple(e) for e in task.blocks], BLOCK)
-    slot = blocks["slot"]
-    sections = np.concatenate([[0], np.flatnonzero(np.diff(slot)) + 1, [slot.size]]).astype(np.int64)
-    page_start = np.concatenate([[0], np.cumsum(page_count(blocks["length"].astype(np.int64)))]).astype(np.int64)
     sums = np.frombuffer(b"".join(task.page_sums), PAGE_SUM)
     filters = None
     if batch.filter_at is not None:
         filters = files.source(task.file, sequential=False).read(batch.filter_offset, batch.filter_bytes,
                                                                  f"{what}, run {task.file}, key filters")
-    arrays = RunArrays.build(batch.first_keys, batch.last_keys, blocks, sections, page_start, sums, filters, batch.filter_at)
+    arrays = RunArrays.build(batch.first_keys, batch.last_keys, blocks, sums, filters, batch.filter_at)
     layout = ColumnLayout.of(physical, key, ts, exp)
     schema = pa.schema(list(physical)[:visible_columns(len(physical))])
-    runs = ProbeRuns.of([RunToProbe(task.subindex, task.where, task.file)], [files.mapped(task.file)], [arrays],
-                        [(int(blocks["max_exp"].max()), 0)], layout, schema)
+    prepared = PreparedRun.of(RunToProbe(task.subindex, task.where, task.file), files.mapped(task.file), arrays)
+    runs = ProbeRuns.of([prepared], [(int(blocks["max_exp"].max()), 0)], layout, schema)
     keys = [lo for lo, _ in task.key_ranges]
     keys = np.array(keys, object) if layout.text_key else np.array(keys, np.int64)
     return probe_many(runs, keys, task.as_of, schema, what)[0]

@@ -10,7 +10,8 @@ interface; ``Archive`` owns one (``Archive.reads``), writers read the configurat
 and ``follower.VersionFollower`` keeps a serving process's state on the newest version.
 
 When a new version is parsed, what only the replaced one used (maps of runs it no longer reads,
-its point-probe run set) is handed to ``files.RELEASER``, off the caller's thread.
+its point-probe run set) is handed to ``files.RELEASER``, off the caller's thread. The runs the
+new version keeps stay prepared for its run set (``prepared_runs``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .manifest import (
     ArchiveState, parse_config, parse_schema_history, parse_state, read_config_bytes, read_schema_bytes, read_state_bytes,
 )
 from .metadata_cache import MetadataCache
-from .point_probe import ColumnLayout, ProbeRuns
+from .point_probe import ColumnLayout, PreparedRun, ProbeRuns
 from .schema import SchemaHistory
 
 
@@ -59,6 +60,9 @@ class ReadState:
         self._schema: tuple[tuple[bytes, bytes], StoredSchema] | None = None  # (as stored, parsed)
         self._schema_at: tuple | None = None  # (environment, transaction id, its StoredSchema or None)
         self._point_runs: tuple[ArchiveState, ProbeRuns] | None = None  # of the current version
+        # the runs of the last run set kept, by name, that the current version still reads: the
+        # next version's run set reuses them (most runs outlive many versions)
+        self._prepared: dict[str, PreparedRun] = {}
 
     def config(self, txn) -> ArchiveConfig:
         """The configuration of ``txn``'s version, parsed once per version (``migrate`` may
@@ -97,8 +101,11 @@ class ReadState:
             if seen is not None and seen[0] is env and txn.id() < seen[1]:
                 return state
             self._state, self._state_at = (raw, state), (env, txn.id())
+            names, prepared = state.run_names(), self._prepared
+            self._prepared = {n: p for n, p in prepared.items() if n in names}
+            gone = [p for n, p in prepared.items() if n not in names]
             old, self._point_runs = self._point_runs, None
-            self.open_files.retain(state.run_names(), (old,))  # older versions' runs reopen if read
+            self.open_files.retain(names, (old, *gone))  # older versions' runs reopen if read
         return self._state[1]
 
     def schema(self, env: lmdb.Environment, txn) -> StoredSchema | None:
@@ -129,9 +136,16 @@ class ReadState:
         return kept[1] if kept is not None and kept[0] is state else None
 
     def keep_point_runs(self, state: ArchiveState, runs: ProbeRuns) -> None:
-        """Keeps ``runs`` for the probes that follow, if ``state`` is still the current version."""
+        """Keeps ``runs`` for the probes that follow, and its runs for the next version's run set,
+        if ``state`` is still the current version."""
         if self._state is not None and self._state[1] is state:
             self._point_runs = (state, runs)
+            self._prepared = {p.run.name: p for p in runs.prepared}
+
+    @property
+    def prepared_runs(self) -> dict[str, PreparedRun]:
+        """The runs of the current version's last kept run set, ready to be taken by the next."""
+        return self._prepared
 
     @property
     def holds_point_runs(self) -> bool:
@@ -139,5 +153,5 @@ class ReadState:
 
     def close(self) -> None:
         """Closes every file held, at once (the archive is being closed)."""
-        self._point_runs = None
+        self._point_runs, self._prepared = None, {}
         self.open_files.close()

@@ -171,7 +171,7 @@ class RunDescriptor:
     def from_bytes(value: bytes, name: str, what: str, with_sums: bool = True) -> "RunDescriptor":
         """Parses the sealed descriptor of run ``name``, with its page sums or without them;
         CorruptionError naming ``what`` if damaged."""
-        body, head, blocks, pos, end = _parse(value, name, what)
+        body, head, blocks, pos, end = parse_sealed(value, name, what)
         n = head["n"]
         sums = _sums(body, head, end) if with_sums else None
         if head["keys"] == "int":
@@ -192,14 +192,15 @@ class RunDescriptor:
     def sums_from_bytes(value: bytes, name: str, what: str) -> np.ndarray | None:
         """The page sums in the sealed descriptor of run ``name`` (None: written without);
         CorruptionError naming ``what`` if damaged."""
-        body, head, _, _, end = _parse(value, name, what)
+        body, head, _, _, end = parse_sealed(value, name, what)
         return _sums(body, head, end)
 
 
-def _parse(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.ndarray, int, int]:
+def parse_sealed(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.ndarray, int, int]:
     """(body, head, BLOCK entries (a view of body), where the keys start, where the page sums
     start) of a sealed descriptor, after checking its seal and that its parts fit together (a
-    valid seal over a malformed body, as a writer's bug would leave, is a CorruptionError too)."""
+    valid seal over a malformed body, as a writer's bug would leave, is a CorruptionError too).
+    ``RunDescriptor.from_bytes`` builds on it, and so does ``point_probe.RunArrays.from_value``."""
     body = unseal(_TAG, RunDescriptor.key(name), value, what)
     if len(body) < _LEN.size:
         raise _malformed(what, name, "no head")

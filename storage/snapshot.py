@@ -21,7 +21,7 @@ from .config import ArchiveConfig
 from .errors import CorruptionError, ReadError
 from .files import MappedSource
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
-from .point_probe import ColumnLayout, ProbeRuns, RunToProbe
+from .point_probe import ColumnLayout, PreparedRun, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
 from .point_probe import probe_many as point_probe_many
 from .range_stream import merged, ordered
@@ -57,19 +57,14 @@ def key_array(keys, key_type: pa.DataType) -> np.ndarray:
     return np.unique(values.to_numpy(zero_copy_only=False))
 
 
-def _filters(source: MappedSource, what: str, desc: RunDescriptor) -> pa.Buffer | None:
-    """The key filters of run ``desc`` (from ``desc.filter_offset`` to the end of its file), read
-    through ``source`` (its map's descriptor: no second open); None if it has none.
-    CorruptionError naming ``what`` if they do not end where the file does (filters placed by
-    the wrong bits a record would pass their sums and hide rows), DataIOError if the file cannot
-    be read (``files.read_exact``)."""
-    at = desc.filter_at
-    if at is None:
-        return None
-    if source.size != at[-1]:
-        raise CorruptionError(f"{what}, run {desc.name}: its key filters end at byte {int(at[-1])}, the file at "
-                              f"{source.size}")
-    return source.read(int(at[0]), int(at[-1] - at[0]), f"{what}, run {desc.name}, key filters")
+def _filters(source: MappedSource, what: str, name: str, start: int, end: int) -> pa.Buffer:
+    """The key filters of run ``name``: bytes [start, end) of its file, read through ``source``
+    (its map's descriptor: no second open). CorruptionError naming ``what`` if they do not end
+    where the file does (filters placed by the wrong bits a record would pass their sums and
+    hide rows), DataIOError if the file cannot be read (``files.read_exact``)."""
+    if source.size != end:
+        raise CorruptionError(f"{what}, run {name}: its key filters end at byte {end}, the file at {source.size}")
+    return source.read(start, end - start, f"{what}, run {name}, key filters")
 
 
 class Snapshot:
@@ -294,19 +289,21 @@ class Snapshot:
         if newest and any(self.descriptor(run.name).schema != newest for _, _, sub in sources(state, subindices)
                           for run in sub.runs):
             return None
-        meta, files = reads.metadata, reads.open_files
-        runs, maps, arrays, live = [], [], [], []
+        meta, files, kept_runs = reads.metadata, reads.open_files, reads.prepared_runs
+        prepared, live = [], []
         for draining, i, sub in sources(state, subindices):
             at = where(i, draining)
             what = f"archive {self._archive.path}, {at}"
             for run in sub.runs:
-                runs.append(RunToProbe(i, at, run.name))
-                source = files.mapped(run.name)
-                maps.append(source)
-                arrays.append(meta.run_arrays(self.txn, run.name, functools.partial(_filters, source, what)))
+                p = kept_runs.get(run.name)
+                if p is None or p.run.subindex != i or p.run.where != at:
+                    source = files.mapped(run.name)
+                    arrays = meta.run_arrays(self.txn, run.name, functools.partial(_filters, source, what))
+                    p = PreparedRun.of(RunToProbe(i, at, run.name), source, arrays)
+                prepared.append(p)
                 live.append((run.max_exp, run.first_live))
-        found = ProbeRuns.of(runs, maps, arrays, live, layout, self.schema)
-        if subindices is None and sum(a.nbytes for a in arrays) <= meta.limit:
+        found = ProbeRuns.of(prepared, live, layout, self.schema)
+        if subindices is None and sum(p.nbytes for p in prepared) <= meta.limit:
             if whole:
                 self._runs = found
             reads.keep_point_runs(state, found)

@@ -18,6 +18,7 @@ import pytest
 
 from ebb.query.reader import ArchiveReader
 from ebb.storage.archive import Archive
+from ebb.storage import point_probe
 from ebb.storage.errors import CorruptionError
 from ebb.storage.files import RELEASER, OpenFiles
 from ebb.storage.tuning import RELEASE_DELAY_S
@@ -209,3 +210,32 @@ def test_the_releaser_keeps_up_with_versions_that_switch_faster_than_its_delay()
         time.sleep(0.01)
         gc.collect()
     assert all(g() is None for g in gone)
+
+
+@pytest.mark.skipif(not point_probe.NATIVE, reason="runs are prepared for the native point probe only")
+def test_a_new_version_reuses_the_runs_it_kept_and_holds_no_other(tmp_path):
+    """A reader prepares a run for point probes once: each new version's run set takes the runs
+    the previous one had prepared and still reads, and holds none that it no longer reads."""
+    rng = np.random.default_rng(5)
+    path = str(tmp_path / "a")
+    writer = Archive.create(path, config(mode="norebuild", block_bytes=512))
+    reader = ArchiveReader(path)
+    oracle = Oracle()
+    before: dict = {}
+    try:
+        for T in range(16, 60, 2):
+            rows = random_rows(rng, 150, T - 1, T, 10, 12, tag=str(T))
+            writer.load(table_of(rows, SCHEMA), T)
+            oracle.load(rows, T)
+            k = int(rng.integers(12))
+            assert rows_multiset(reader.probe(k, as_of=T)) == oracle.probe(k, T)
+            prepared = dict(reader.archive.reads.prepared_runs)
+            current = reader.archive.state().run_names()
+            assert set(prepared) == current
+            kept = current & set(before)
+            assert all(prepared[name] is before[name] for name in kept), f"after the update at {T}"
+            before = prepared
+        assert kept, "no run outlived an update: nothing was reused"
+    finally:
+        reader.close()
+        writer.close()

@@ -152,8 +152,8 @@ def _decode_all(tmp: str, data: bytes, written_length: int, rows: int, checksum:
     def native():
         layout = point_probe.ColumnLayout.of(physical, "key", "ts", "exp")
         arrays = point_probe.RunArrays.of(desc, sums)
-        runs = point_probe.ProbeRuns.of([point_probe.RunToProbe(0, "I1", name)], [files.mapped(name)], [arrays],
-                                        [(max_exp, 0)], layout, schema)
+        run = point_probe.PreparedRun.of(point_probe.RunToProbe(0, "I1", name), files.mapped(name), arrays)
+        runs = point_probe.ProbeRuns.of([run], [(max_exp, 0)], layout, schema)
         table, _ = point_probe.probe(runs, key, as_of, schema, "fuzz")
         return Counter(_rows(table, n_out))
 

@@ -565,7 +565,7 @@ static int key_rows(Block *b, const Layout *L, const Column *cols, uint32_t rows
 }
 
 /* -- the runs ---------------------------------------------------------------------------------- */
-/* What the caller passes for each run (a tuple built by point_probe.ProbeRuns.of), as buffers. */
+/* A run's map and arrays as buffers (``prepared_run``); in a run set, with its liveness in that version. */
 typedef struct {
     Py_buffer map, first, last, blocks, sections, page_start, sums, first_at, last_at, filter_at, filter_bytes;
     int have_map, have_sums, nbuf, text;  /* text: first and last are bytes, first_at and last_at their int64 offsets */
@@ -587,13 +587,10 @@ static void release_run(Run *r) {
 static int open_run(PyObject *t, Run *r) {
     PyObject *map, *first, *last, *blocks, *sections, *page_start, *sums, *first_at = Py_None, *last_at = Py_None,
              *filter_at = Py_None, *filter_bytes = Py_None;
-    long long max_exp, first_live;
     memset(r, 0, sizeof *r);
-    if (!PyArg_ParseTuple(t, "OiLLOOOOOO|OOOO", &map, &r->fd, &max_exp, &first_live, &first, &last, &blocks, &sections,
-                          &page_start, &sums, &first_at, &last_at, &filter_at, &filter_bytes))
+    if (!PyArg_ParseTuple(t, "OiOOOOOO|OOOO", &map, &r->fd, &first, &last, &blocks, &sections, &page_start, &sums,
+                          &first_at, &last_at, &filter_at, &filter_bytes))
         return -1;
-    r->max_exp = max_exp;
-    r->first_live = first_live;
     r->have_sums = sums != Py_None;
     r->text = first_at != Py_None;
     r->filters = filter_at != Py_None && filter_bytes != Py_None;
@@ -1343,11 +1340,115 @@ static struct ArrowArray *batch(const Layout *L, const Candidate *cand, const Ro
 }
 
 /* -- the module's functions --------------------------------------------------------------------- */
-/* The runs of one version and the schema's layout, with every array and map held (exported) for
- * as long as the set lives: a probe then parses nothing. */
+#define RUN "ebb.point_probe.Run"
+
+static void destroy_run(PyObject *capsule) {
+    Run *r = PyCapsule_GetPointer(capsule, RUN);
+    release_run(r);
+    PyMem_Free(r);
+}
+
+/* Whether int64 offsets ``at`` ascend from 0 to ``len``. */
+static int offsets_fit(const Py_buffer *at, Py_ssize_t len) {
+    Py_ssize_t n = at->len / 8;
+    const uint8_t *v = at->buf;
+    if (n < 1 || ldi64(v) != 0 || ldi64(v + 8 * (n - 1)) != len)
+        return 0;
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (ldi64(v + 8 * i) < ldi64(v + 8 * (i - 1)))
+            return 0;
+    return 1;
+}
+
+/* An int64 array of ``n`` items as a new bytes object (NULL with an exception). */
+static PyObject *int64_bytes(Py_ssize_t n, int64_t **items) {
+    PyObject *b = PyBytes_FromStringAndSize(NULL, 8 * n);
+    if (b != NULL)
+        *items = (int64_t *)PyBytes_AS_STRING(b);
+    return b;
+}
+
+/* What a run's probes derive from its blocks' entries, computed in one pass when a reader first
+ * prepares the run (a new run's first probe pays for it): see the method table. */
+static PyObject *block_arrays(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer blocks;
+    int bits;
+    if (!PyArg_ParseTuple(args, "y*i", &blocks, &bits))
+        return NULL;
+    PyObject *sections = NULL, *pages = NULL, *filters = NULL, *out = NULL;
+    Py_ssize_t n = blocks.len / ENTRY_BYTES, nsec = 0;
+    const uint8_t *b = blocks.buf;
+    int64_t *sec, *pg, *fl = NULL;
+    if (blocks.len % ENTRY_BYTES || bits < 0 || bits > FILTER_BITS) {
+        PyErr_SetString(PyExc_ValueError, "blocks must be BLOCK entries, bits at most a unit's");
+        goto done;
+    }
+    if ((sections = int64_bytes(n + 1, &sec)) == NULL || (pages = int64_bytes(n + 1, &pg)) == NULL ||
+        (bits && (filters = int64_bytes(n + 1, &fl)) == NULL))
+        goto done;
+    pg[0] = 0;
+    if (fl != NULL)
+        fl[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *e = b + i * ENTRY_BYTES;
+        if (i == 0 || ldi64(e + E_SLOT) != ldi64(e - ENTRY_BYTES + E_SLOT))
+            sec[nsec++] = i;
+        pg[i + 1] = pg[i] + ((int64_t)ld32(e + E_LENGTH) + PAGE - 1) / PAGE;
+        if (fl != NULL) {
+            int64_t units = ((int64_t)ld32(e + E_ROWS) * bits + FILTER_BITS - 1) / FILTER_BITS;
+            fl[i + 1] = fl[i] + FILTER_UNIT * (units > 1 ? units : 1);
+        }
+    }
+    sec[nsec++] = n;
+    if (_PyBytes_Resize(&sections, 8 * nsec) < 0)  /* frees it and sets it to NULL on failure */
+        goto done;
+    out = Py_BuildValue("(NNN)", sections, pages, filters != NULL ? filters : Py_NewRef(Py_None));
+    sections = pages = filters = NULL;  /* the tuple took them (or Py_BuildValue freed them) */
+done:
+    Py_XDECREF(sections);
+    Py_XDECREF(pages);
+    Py_XDECREF(filters);
+    PyBuffer_Release(&blocks);
+    return out;
+}
+
+/* One run's map and arrays, checked against each other and held (exported) for as long as the
+ * capsule lives: every version that keeps the run reuses it, so a new version's run set costs a
+ * copy a run, not an export of each of its buffers. */
+static PyObject *prepared_run(PyObject *self, PyObject *args) {
+    (void)self;
+    Run *r = PyMem_Calloc(1, sizeof(Run));
+    if (r == NULL)
+        return PyErr_NoMemory();
+    if (open_run(args, r) < 0)
+        goto fail;
+    Py_ssize_t nb = r->blocks.len / ENTRY_BYTES;
+    int keys_ok = !r->text ? r->first.len == 8 * nb && r->last.len == 8 * nb
+                : r->first_at.len == 8 * (nb + 1) && r->last_at.len == 8 * (nb + 1) &&
+                  offsets_fit(&r->first_at, r->first.len) && offsets_fit(&r->last_at, r->last.len);
+    if (r->filters && r->filter_at.len != 8 * (nb + 1))
+        keys_ok = 0;
+    if (r->blocks.len != nb * ENTRY_BYTES || !keys_ok || r->page_start.len != 8 * (nb + 1) || r->sections.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "run arrays disagree");
+        goto fail;
+    }
+    PyObject *capsule = PyCapsule_New(r, RUN, destroy_run);
+    if (capsule != NULL)
+        return capsule;
+fail:
+    release_run(r);
+    PyMem_Free(r);
+    return NULL;
+}
+
+/* The runs of one version and the schema's layout: copies of its runs' prepared structs, whose
+ * capsules (``handles``) it holds, so that every array and map stays exported for as long as
+ * the set lives: a probe then parses nothing. */
 typedef struct {
     Run *runs;
     Py_ssize_t nruns;
+    PyObject *handles;  /* a tuple of the runs' capsules */
     Layout L;
     Py_buffer kind_buf, width_buf;
     /* whether the set's last probe met a cold cache (or none has run yet): the next one advises.
@@ -1367,9 +1468,8 @@ static int64_t now_ns(void) {
 #define RUNSET "ebb.point_probe.RunSet"
 
 static void free_runset(RunSet *S) {
-    for (Py_ssize_t i = 0; i < S->nruns; i++)
-        release_run(&S->runs[i]);
-    PyMem_Free(S->runs);
+    PyMem_Free(S->runs);  /* copies: the buffers are the handles' */
+    Py_XDECREF(S->handles);
     if (S->kind_buf.obj) PyBuffer_Release(&S->kind_buf);
     if (S->width_buf.obj) PyBuffer_Release(&S->width_buf);
     PyMem_Free(S);
@@ -1377,26 +1477,15 @@ static void free_runset(RunSet *S) {
 
 static void destroy_runset(PyObject *capsule) { free_runset(PyCapsule_GetPointer(capsule, RUNSET)); }
 
-/* Whether int64 offsets ``at`` ascend from 0 to ``len``. */
-static int offsets_fit(const Py_buffer *at, Py_ssize_t len) {
-    Py_ssize_t n = at->len / 8;
-    const uint8_t *v = at->buf;
-    if (n < 1 || ldi64(v) != 0 || ldi64(v + 8 * (n - 1)) != len)
-        return 0;
-    for (Py_ssize_t i = 1; i < n; i++)
-        if (ldi64(v + 8 * i) < ldi64(v + 8 * (i - 1)))
-            return 0;
-    return 1;
-}
-
 static PyObject *run_set(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *runs_obj, *kind_obj, *width_obj;
+    PyObject *runs_obj, *live_obj, *kind_obj, *width_obj;
     RunSet *S = PyMem_Calloc(1, sizeof(RunSet));
     if (S == NULL)
         return PyErr_NoMemory();
     Layout *L = &S->L;
-    if (!PyArg_ParseTuple(args, "OOOiiii", &runs_obj, &kind_obj, &width_obj, &L->key, &L->ts, &L->exp, &L->nout))
+    if (!PyArg_ParseTuple(args, "OOOOiiii", &runs_obj, &live_obj, &kind_obj, &width_obj, &L->key, &L->ts, &L->exp,
+                          &L->nout))
         goto fail;
     if (PyObject_GetBuffer(kind_obj, &S->kind_buf, PyBUF_C_CONTIGUOUS) < 0 ||
         PyObject_GetBuffer(width_obj, &S->width_buf, PyBUF_C_CONTIGUOUS) < 0)
@@ -1412,36 +1501,41 @@ static PyObject *run_set(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "bad column layout");
         goto fail;
     }
-    PyObject *seq = PySequence_Fast(runs_obj, "runs must be a sequence");
-    if (seq == NULL)
+    if ((S->handles = PySequence_Tuple(runs_obj)) == NULL)
         goto fail;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *live = PySequence_Fast(live_obj, "live must be a sequence");
+    if (live == NULL)
+        goto fail;
+    Py_ssize_t n = PyTuple_GET_SIZE(S->handles);
+    if (PySequence_Fast_GET_SIZE(live) != n) {
+        Py_DECREF(live);
+        PyErr_SetString(PyExc_ValueError, "one (max_exp, first_live) a run");
+        goto fail;
+    }
     S->runs = PyMem_Calloc(n ? n : 1, sizeof(Run));
     if (S->runs == NULL) {
-        Py_DECREF(seq);
+        Py_DECREF(live);
         PyErr_NoMemory();
         goto fail;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        Run *r = &S->runs[i];
-        S->nruns++;  /* released with the set, however far it got */
-        if (open_run(PySequence_Fast_GET_ITEM(seq, i), r) < 0) {
-            Py_DECREF(seq);
+        const Run *h = PyCapsule_GetPointer(PyTuple_GET_ITEM(S->handles, i), RUN);
+        long long max_exp, first_live;
+        if (h == NULL || !PyArg_ParseTuple(PySequence_Fast_GET_ITEM(live, i), "LL", &max_exp, &first_live)) {
+            Py_DECREF(live);
             goto fail;
         }
-        Py_ssize_t nb = r->blocks.len / ENTRY_BYTES;
-        int keys_ok = !r->text ? !L->text_key && r->first.len == 8 * nb && r->last.len == 8 * nb
-                    : L->text_key && r->first_at.len == 8 * (nb + 1) && r->last_at.len == 8 * (nb + 1) &&
-                      offsets_fit(&r->first_at, r->first.len) && offsets_fit(&r->last_at, r->last.len);
-        if (r->filters && r->filter_at.len != 8 * (nb + 1))
-            keys_ok = 0;
-        if (r->blocks.len != nb * ENTRY_BYTES || !keys_ok || r->page_start.len != 8 * (nb + 1) || r->sections.len % 8) {
-            Py_DECREF(seq);
+        if (h->text != L->text_key) {
+            Py_DECREF(live);
             PyErr_SetString(PyExc_ValueError, "run arrays disagree");
             goto fail;
         }
+        S->runs[i] = *h;
+        S->runs[i].max_exp = max_exp;
+        S->runs[i].first_live = first_live;
     }
-    Py_DECREF(seq);
+    S->nruns = n;
+    Py_DECREF(live);
     S->cold = 1;
     PyObject *capsule = PyCapsule_New(S, RUNSET, destroy_runset);
     if (capsule == NULL)
@@ -1632,11 +1726,22 @@ static PyMethodDef methods[] = {
      "check_format(facts) -> list of str\n\n"
      "Each format fact this module was compiled with (disk_format.native_constants' names) that differs\n"
      "from, or is missing in, facts: empty if it reads the format Python writes."},
+    {"block_arrays", block_arrays, METH_VARARGS,
+     "block_arrays(blocks, filter_bits) -> (sections, page_start, filter_at)\n\n"
+     "From a run's BLOCK entries (bytes-like), as bytes of int64: the first block of each section (a\n"
+     "stretch of equal slot), then the number of blocks; each block's first page among the run's page\n"
+     "sums, then the total; and each block's key filter's offset from the first one's, then where the\n"
+     "last ends (key_filter.units with filter_bits a record; None if filter_bits is 0)."},
+    {"prepared_run", prepared_run, METH_VARARGS,
+     "prepared_run(map, fd, first, last, blocks, sections, page_start, sums[, first_at, last_at, filter_at, filters])\n"
+     "-> Run capsule\n\n"
+     "One run's map (None for an empty file), its file descriptor and its arrays (point_probe.RunArrays),\n"
+     "checked against each other and held for every run set that takes the run."},
     {"run_set", run_set, METH_VARARGS,
-     "run_set(runs, kinds, widths, key_col, ts_col, exp_col, n_out) -> RunSet capsule\n\n"
-     "The runs a probe searches (tuples built by point_probe.ProbeRuns.of) and the stored schema's layout\n"
-     "(int32 kind and width per column, where the key, ts and exp columns are, how many leading\n"
-     "columns a probe returns), checked and held for the probes of one version."},
+     "run_set(runs, live, kinds, widths, key_col, ts_col, exp_col, n_out) -> RunSet capsule\n\n"
+     "The runs a probe searches (prepared_run capsules) with each one's (max_exp, first_live) in this version,\n"
+     "and the stored schema's layout (int32 kind and width per column, where the key, ts and exp columns\n"
+     "are, how many leading columns a probe returns), checked and held for the probes of one version."},
     {"probe", probe, METH_VARARGS,
      "probe(run_set, key, as_of) -> (batch, visited, address)\n\n"
      "The records with this key (an int64, or a str for a string key column) valid at as_of, ordered by (exp, ts), from the blocks of the\n"
