@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+
 import numpy as np
-import pyarrow as pa
 
 from .manifest import read_page_sums, read_run, read_run_value
 from .point_probe import ReadFilters, RunArrays

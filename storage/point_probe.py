@@ -228,10 +228,6 @@ class ProbeRuns:
     empty: pa.Table  # a probe's answer when no row matches (most keys' in an archive of many keys)
 
     @property
-    def runs(self) -> list[RunToProbe]:
-        return [p.run for p in self.prepared]
-
-    @property
     def sources(self) -> list:
         return [p.source for p in self.prepared]
 
