@@ -34,7 +34,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from .errors import CorruptionError, DataIOError, LockHeld
-from .tuning import DROP_STEP_BYTES as DROP_STEP, OPEN_FILES, RELEASE_DELAY_S
+from .tuning import DROP_STEP_BYTES as DROP_STEP, MAP_RESIDENT_BYTES, OPEN_FILES, RELEASE_DELAY_S
 
 MARKER = "EBB"  # identifies an archive directory; holds the format version
 LOCK = "LOCK"  # flock'd by the one process that may update the archive
@@ -252,6 +252,7 @@ class MappedSource:
         if self._mmap is not None:
             self._mmap.madvise(mmap.MADV_RANDOM)
         self._map = pa.py_buffer(self._mmap if self._mmap is not None else b"")
+        self.mapped_in = False  # its resident pages were mapped in (RELEASER)
         self.fd = fd
 
     close = ReadSource.close  # the map itself lives on while views of it do
@@ -286,6 +287,16 @@ class MappedSource:
         if self._mmap is not None and 0 <= start < self.size:
             self._mmap.madvise(mmap.MADV_WILLNEED, start, min(offset + length, self.size) - start)
 
+    def map_resident(self) -> int:
+        """Maps into the process the file's pages that are in the page cache, reading nothing
+        (``_point_probe.map_resident``): a probe that touches them later takes no page fault.
+        The pages mapped; 0 without the native module, -1 if the kernel cannot (before 5.14)."""
+        from .point_probe import _point_probe  # the native module, loaded (or turned off) there
+
+        if self._mmap is None or _point_probe is None:
+            return 0
+        return _point_probe.map_resident(self._mmap)
+
     def drop_pages(self) -> None:
         """Unmaps this map's pages from the process, DROP_STEP bytes at a time (MADV_DONTNEED;
         the file's pages stay in the page cache, and a read that still uses the map faults
@@ -298,9 +309,12 @@ class MappedSource:
 
 
 class _Releaser:
-    """One background thread per process that lets go of what a replaced version held (maps of
-    runs it no longer reads, the point-probe run set), off the request path: a reader that
-    switches versions never pays for unmapping the old one (``MappedSource.drop_pages``).
+    """One background thread per process that keeps a reader's maps, off the request path. It
+    lets go of what a replaced version held (maps of runs it no longer reads, the point-probe
+    run set), so a reader that switches versions never pays for unmapping the old one
+    (``MappedSource.drop_pages``). And it maps in the resident pages of every run newly mapped
+    (``MappedSource.map_resident``, up to MAP_RESIDENT_BYTES of runs a process), so that the
+    probes after a commit do not fault in, one page at a time, pages the cache holds already.
 
     The process waits for it at exit (``atexit``): freeing a map releases the GIL around munmap,
     and a daemon thread that wants the GIL back once the interpreter is finalizing is ended by
@@ -314,6 +328,11 @@ class _Releaser:
 
     def __init__(self):
         self._queue: list = []
+        self._new_maps: list[MappedSource] = []
+        # bytes of the runs whose resident pages were mapped in and not handed back (an upper bound:
+        # a map OpenFiles evicts beyond its limit is freed without coming here)
+        self._mapped_in = 0
+        self._can_map_in = True  # False once the kernel said it cannot
         self._busy = False  # items taken off the queue and not yet dropped
         self._hurry = 0  # callers of ``idle`` waiting: no delay
         self._cv = threading.Condition()
@@ -326,26 +345,50 @@ class _Releaser:
             return
         with self._cv:
             self._queue.append(items)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="ebb-release", daemon=True)
-                self._thread.start()
-            self._cv.notify()
+            self._wake()
+
+    def map_in(self, source: MappedSource) -> None:
+        """Maps ``source``'s resident pages in the background, after the delay."""
+        with self._cv:
+            self._new_maps.append(source)
+            self._wake()
+
+    def _wake(self) -> None:
+        """Starts the thread if it is not running, and tells it there is work (``_cv`` held)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="ebb-release", daemon=True)
+            self._thread.start()
+        self._cv.notify()
 
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._queue:
+                while not self._queue and not self._new_maps:
                     self._cv.wait()
                 self._cv.wait_for(lambda: self._hurry, RELEASE_DELAY_S)
                 # all that came during the wait: versions may switch faster than once a delay
                 items, self._queue, self._busy = [x for handed in self._queue for x in handed], [], True
+                new, self._new_maps = self._new_maps, []
+            gone = set()
             for item in items:
                 if isinstance(item, MappedSource):
+                    gone.add(id(item))
+                    if item.mapped_in:
+                        self._mapped_in -= item.size
                     try:
                         item.drop_pages()
                     except (OSError, ValueError):
                         pass  # a map already gone: nothing to drop
-            del items, item  # the last references go here, not in a reader's thread
+            for source in new:
+                if not self._can_map_in or id(source) in gone or self._mapped_in + source.size > MAP_RESIDENT_BYTES:
+                    continue
+                try:
+                    self._can_map_in = source.map_resident() >= 0
+                except (OSError, ValueError, BufferError):
+                    continue  # a map already gone
+                source.mapped_in = self._can_map_in
+                self._mapped_in += source.size if self._can_map_in else 0
+            items = new = item = source = None  # the last references go here, not in a reader's thread
             with self._cv:
                 self._busy = False
 
@@ -358,7 +401,7 @@ class _Releaser:
         try:
             while time.monotonic() < deadline:
                 with self._cv:
-                    if not self._queue and not self._busy:
+                    if not self._queue and not self._new_maps and not self._busy:
                         return True
                 time.sleep(0.001)
             return False
@@ -435,6 +478,8 @@ class OpenFiles:
             self._open[key] = src
             while len(self._open) > self.limit:
                 self._open.popitem(last=False)
+        if how == "map":
+            RELEASER.map_in(src)
         return src
 
     def close(self) -> None:

@@ -41,6 +41,9 @@ DROP_STEP_BYTES = 2 << 20
 # ... after this long (files.RELEASER): the request that switched versions maps the new runs meanwhile,
 # without waiting for that lock or the GIL (its first probe took about 8% longer with no wait).
 RELEASE_DELAY_S = 0.05
+# The most run bytes a process maps in ahead of its probes (files.RELEASER, MappedSource.map_resident): only
+# pages already in the page cache, each costing the process 8 bytes of page table (4 GiB: 8 MiB of them).
+MAP_RESIDENT_BYTES = 4 << 30
 
 # -- metadata -------------------------------------------------------------------------------------------
 # Parsed run metadata an archive keeps across snapshots (metadata_cache): bounded in bytes so memory does

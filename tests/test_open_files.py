@@ -239,3 +239,81 @@ def test_a_new_version_reuses_the_runs_it_kept_and_holds_no_other(tmp_path):
     finally:
         reader.close()
         writer.close()
+
+
+def _resident_pages(m) -> int:
+    """How many pages of map ``m`` are in the page cache (mincore)."""
+    import ctypes
+
+    page = os.sysconf("SC_PAGESIZE")
+    n = (len(m) + page - 1) // page
+    vec = (ctypes.c_ubyte * n)()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    assert libc.mincore(ctypes.c_void_p(np.frombuffer(m, np.uint8).ctypes.data), len(m), vec) == 0
+    return sum(v & 1 for v in vec)
+
+
+def _mapped_kib(path: str) -> int:
+    """The pages of ``path`` this process has mapped in (Rss of its maps, in KiB)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if "-" in line.split(" ", 1)[0]:
+                inside = line.rstrip().endswith(path)
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not point_probe.NATIVE, reason="maps in resident pages through the native module")
+def test_a_newly_mapped_run_has_its_cached_pages_mapped_in_and_nothing_read(tmp_path):
+    """The releaser maps in the pages of a new map that the page cache holds (so the probes after
+    a commit take no page fault for them), and only those: it reads nothing from disk."""
+    from ebb.storage.files import MappedSource
+
+    page = os.sysconf("SC_PAGESIZE")
+    path = str(tmp_path / "r")
+    with open(path, "wb") as f:
+        f.write(os.urandom(64 * page))
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # out of the cache (where the file system can)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    os.pread(fd, 16 * page, 0)
+    os.pread(fd, 8 * page, 40 * page)
+    src = MappedSource(fd, 64 * page)
+    m, _ = src.native()
+    resident = _resident_pages(m)
+    assert resident >= 24
+    assert _mapped_kib(path) == 0
+    mapped = src.map_resident()
+    if mapped < 0:
+        pytest.skip("the kernel has no MADV_POPULATE_READ (Linux 5.14)")
+    assert mapped == resident
+    assert _resident_pages(m) == resident  # nothing read
+    assert _mapped_kib(path) * 1024 == resident * page
+    del m
+    src.close()
+
+
+@pytest.mark.skipif(not point_probe.NATIVE, reason="maps in resident pages through the native module")
+def test_a_reader_maps_in_the_runs_a_commit_wrote_before_its_next_probe(tmp_path):
+    rng = np.random.default_rng(9)
+    path = str(tmp_path / "a")
+    writer = Archive.create(path, config(mode="norebuild", block_bytes=4096))
+    reader = ArchiveReader(path)
+    try:
+        writer.load(table_of(random_rows(rng, 20000, 15, 16, 16, 50, tag="x" * 100), SCHEMA), 16)
+        reader.probe(3, as_of=16)  # maps the runs the commit wrote
+        assert RELEASER.idle()
+        runs = sorted(os.listdir(os.path.join(path, "data")))
+        assert runs
+        for name in runs:  # the probe touched a few pages of each
+            size = os.path.getsize(os.path.join(path, "data", name))
+            assert size > 64 * os.sysconf("SC_PAGESIZE")
+            assert _mapped_kib(name) * 1024 >= size - size % os.sysconf("SC_PAGESIZE"), name
+    finally:
+        reader.close()
+        writer.close()

@@ -31,7 +31,7 @@ from ebb.storage.errors import CorruptionError, ReadError
 from ebb.storage.read_plan import Probe
 from ebb.storage.snapshot import ordered
 
-from support import Oracle, config, rows_multiset
+from support import SCHEMA, Oracle, config, rows_multiset
 
 # these tests are about the native point probe: without it (installed with no C compiler) every
 # probe takes the planned read, which the other tests check against the oracle
@@ -457,3 +457,30 @@ def test_a_one_shot_probe_answers_without_loading_pandas(tmp_path):
         assert (r.stdout.count("\n") > 0) == (key == held)
         modules = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
         assert "pandas" not in modules, key
+
+
+def test_a_large_answer_reuses_the_memory_of_the_last_one(tmp_path):
+    """A probe's answer is one allocation. The C library maps a fresh one of megabytes anew
+    (after an update it trims its heap), and each first touch of a page is a page fault: the
+    native probe keeps the last large answer's memory for the next, so probing again after
+    the heap was trimmed takes a handful of faults, not one a page."""
+    import ctypes
+    import gc
+    import resource
+
+    rows = [{"key": 7, "ts": 15, "exp": 17 + i % 6, "payload": "p" * 1000 + str(i)} for i in range(3000)]
+    with Archive.create(str(tmp_path / "a"), config(G=1, E=1)) as arc:
+        arc.load(pa.Table.from_pylist(rows, SCHEMA), 16)
+        reader = ArchiveReader(arc)
+        want = rows_multiset(reader.probe(7, 16))
+        assert len(want) == 3000  # about 3 MB
+        trim = ctypes.CDLL(None).malloc_trim
+        for _ in range(3):
+            gc.collect()
+            trim(0)
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            got = reader.probe(7, 16)
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+            assert rows_multiset(got) == want
+            del got
+            assert faults < 100  # the answer alone is over 700 pages
