@@ -1,7 +1,8 @@
-"""Shared fixtures: one local Spark session for the whole test run (starting one costs ~10 s).
+"""Shared fixtures: one local Spark session for the whole test run (starting one costs ~10 s), one a
+test process when the run is spread over several (the README's ``-n 2``, pytest-xdist).
 
 Every test that uses it is marked ``spark``: ``pytest -m "not spark"`` runs the rest (CI's run
-with the native point probe off does, as the Spark jobs do not probe through it).
+of the tests of reads with the native point probe off does, as Spark jobs do not probe through it).
 
 Tests marked ``system`` kill ``ebb run`` or a Spark driver at chosen or random moments and start
 it again, a new JVM each time (about 3 minutes together): they run when EBB_SYSTEM_TESTS=1 is set
