@@ -101,6 +101,7 @@ def release(env: lmdb.Environment) -> None:
         if refs <= 1:
             del _envs[key]
             _checked.pop(key, None)
+            page_walk.forget(os.path.join(key, "data.mdb"))
             env.close()
         else:
             _envs[key] = (env, refs - 1)

@@ -6,8 +6,9 @@ page. ``check`` walks, in Python and read-only, every page a version's trees rea
 meta page that names the version, and checks what LMDB relies on: each page's number, kind and
 bounds, each node's extent within its page, the depth of every leaf, and each large value's
 overflow pages; it raises CorruptionError at the first page that fails. Pages are read through
-one memory map of the file, whole levels at a time with numpy (a few MB of metadata: a few
-milliseconds). The caller holds a read transaction on the version (``txn_id``), so its pages
+one memory map of the file, kept from one version's check to the next, by ebb's native module
+(storage/native/lmdb_pages.c), or without it whole levels at a time with numpy (a few MB of
+metadata: a few milliseconds). The caller holds a read transaction on the version (``txn_id``), so its pages
 stay as they are while they are checked, even while a writer commits.
 
 What it cannot see is damage that leaves a page well-formed (a flipped bit in a key or value):
@@ -35,16 +36,52 @@ _INVALID = (1 << 64) - 1
 
 def check(path: str, txn_id: int) -> None:
     """Checks the pages of version ``txn_id`` of the LMDB file ``path`` (held by the caller's
-    read transaction); CorruptionError naming the first bad page."""
+    read transaction); CorruptionError naming the first bad page. Natively where ebb's native
+    module is built (storage/native/lmdb_pages.c: the same checks in tens of microseconds, where
+    numpy's take about half a millisecond a megabyte), else in numpy (``_check``)."""
+    from .point_probe import _point_probe  # the native module, loaded (or turned off) there
+
+    buf = _mapped(path)
+    if _point_probe is None:
+        _check(buf, path, txn_id)
+        return
+    failure = _point_probe.check_lmdb_pages(buf, txn_id)
+    if failure is not None:
+        raise CorruptionError(f"{path}: {failure}")
+
+
+# The file's map, kept from one check to the next while its size is unchanged: LMDB writes its
+# pages in place through the page cache, so a kept map reads each version as it is, and a check
+# touches no page it has not mapped before. (The file grows by a few pages with most commits
+# while the archive grows; it is then mapped anew, and the walk faults in only the pages it
+# reaches: mapping in all its resident pages at once, ``map_resident``, took longer.)
+_maps: dict[str, tuple[tuple[int, int, int], np.ndarray]] = {}  # by path: ((device, inode, size), map)
+
+
+def _mapped(path: str) -> np.ndarray:
+    """The whole of LMDB file ``path``, mapped read-only: the kept map if it is of the same file
+    (device and inode: a copy put in its place is mapped anew) and the file has not grown or
+    shrunk; CorruptionError if it cannot be read or is too short to be LMDB's."""
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 2 * _PAGE_SIZES[0]:
-                raise CorruptionError(f"{path}: the metadata file has {size} bytes, too few for LMDB")
-            m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+            st = os.fstat(f.fileno())
+            which = (st.st_dev, st.st_ino, st.st_size)
+            kept = _maps.get(path)
+            if kept is not None and kept[0] == which:
+                return kept[1]
+            if st.st_size < 2 * _PAGE_SIZES[0]:
+                raise CorruptionError(f"{path}: the metadata file has {st.st_size} bytes, too few for LMDB")
+            m = mmap.mmap(f.fileno(), st.st_size, prot=mmap.PROT_READ)
     except OSError as e:
         raise CorruptionError(f"{path}: the metadata file cannot be read ({e.strerror})") from None
-    _check(np.frombuffer(m, np.uint8), path, txn_id)  # the map closes with the last array on it
+    buf = np.frombuffer(m, np.uint8)  # the map closes with the last array on it
+    _maps[path] = (which, buf)
+    return buf
+
+
+def forget(path: str) -> None:
+    """Lets go of the kept map of LMDB file ``path`` (its environment was closed)."""
+    _maps.pop(path, None)
 
 
 def _check(buf: np.ndarray, path: str, txn_id: int) -> None:

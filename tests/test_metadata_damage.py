@@ -25,8 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from ebb.storage import page_walk
 from ebb.storage.archive import Archive, open_readonly
 from ebb.storage.errors import CorruptionError, EbbError
+from ebb.storage.point_probe import NATIVE, _point_probe
 from ebb.storage.verify import verify
 
 from support import Oracle, archive_answers, config, random_rows, table_of
@@ -256,3 +258,44 @@ def test_a_lost_schema_key_is_corruption_not_an_empty_archive(tmp_path):
         with Archive(base) as a:
             a.load(table_of([{"key": 1, "ts": 23, "exp": 30, "payload": 1.5}], _schema(pa.int64()).set(
                 3, pa.field("payload", pa.float64()))), 24)
+
+
+@pytest.mark.skipif(not NATIVE, reason="the native module is not built")
+@pytest.mark.parametrize("mode", ["rebuild", "norebuild"])
+def test_native_page_walk_agrees_with_numpys(tmp_path, mode):
+    """storage/native/lmdb_pages.c makes page_walk's checks: on the intact file and on each of
+    hundreds of damaged copies (bytes of page headers and node pointers changed, whole pages
+    zeroed or random, the file cut short), it fails exactly where the numpy walk does."""
+    base = str(tmp_path / "base")
+    _build(base, mode, False)
+    path = os.path.join(base, "index", "data.mdb")
+    env = lmdb.open(os.path.dirname(path), readonly=True, lock=False)
+    with env.begin() as txn:
+        tid = txn.id()
+    env.close()
+    intact = np.fromfile(path, np.uint8)
+    pages = intact.size // 4096
+    rng = np.random.default_rng(11)
+    outcomes = {"ok": 0, "damaged": 0}
+    for case in range(600):
+        buf = intact.copy()
+        page = int(rng.integers(pages))
+        kind = case % 4
+        if kind == 0:  # a header or node-pointer byte of a page
+            buf[page * 4096 + int(rng.integers(64))] ^= np.uint8(1 << int(rng.integers(8)))
+        elif kind == 1:  # any byte of a page
+            buf[page * 4096 + int(rng.integers(4096))] = rng.integers(256)
+        elif kind == 2:  # a whole page zeroed or random
+            buf[page * 4096:(page + 1) * 4096] = 0 if rng.integers(2) else rng.integers(0, 256, 4096)
+        else:  # cut short
+            buf = buf[:int(rng.integers(2 * 4096, buf.size))]
+        try:
+            page_walk._check(buf, path, tid)
+            numpy_ok = True
+        except CorruptionError:
+            numpy_ok = False
+        failure = _point_probe.check_lmdb_pages(buf, tid)
+        assert (failure is None) == numpy_ok, (case, kind, page, failure)
+        outcomes["ok" if numpy_ok else "damaged"] += 1
+    assert _point_probe.check_lmdb_pages(intact, tid) is None
+    assert outcomes["ok"] > 50 and outcomes["damaged"] > 50, outcomes

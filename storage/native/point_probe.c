@@ -57,6 +57,7 @@
 #define PAGE_HASH_AVX2 1
 #endif
 #include "xxhash.h"
+#include "lmdb_pages.h"
 
 #ifdef PAGE_HASH_AVX2
 static int cpu_avx2;  /* set at import */
@@ -1814,6 +1815,10 @@ static PyObject *map_resident(PyObject *self, PyObject *arg) {
 }
 
 static PyMethodDef methods[] = {
+    {"check_lmdb_pages", check_lmdb_pages, METH_VARARGS,
+     "check_lmdb_pages(file, txn_id) -> None or str\n\n"
+     "page_walk.check's walk of version txn_id of an LMDB file (a buffer of the whole file): None if every\n"
+     "page its trees reach is well-formed, else the first failure (lmdb_pages.c)."},
     {"map_resident", map_resident, METH_O,
      "map_resident(map) -> int\n\n"
      "Maps into the process the pages of a file map that are in the page cache (mincore, then\n"

@@ -1,0 +1,10 @@
+/* The page check of an LMDB file (lmdb_pages.c), in ebb's native module (point_probe.c's table). */
+#ifndef EBB_LMDB_PAGES_H
+#define EBB_LMDB_PAGES_H
+#include <Python.h>
+
+/* check_lmdb_pages(file, txn_id) -> None, or the first failure (str): page_walk.check's walk of
+ * the version ``txn_id`` of an LMDB file (a buffer of the whole file), its checks and messages. */
+PyObject *check_lmdb_pages(PyObject *self, PyObject *args);
+
+#endif
