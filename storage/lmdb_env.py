@@ -70,7 +70,11 @@ def check_pages(env: lmdb.Environment, txn) -> None:
     path = env.path()
     if _checked.get(path, -1) >= txn.id():
         return
-    page_walk.check(os.path.join(path, "data.mdb"), txn.id())
+    # the file's map is kept for the next version's check only for an archive's environment, let
+    # go with it (``release``): not for a published copy, which never changes and is deleted
+    # once replaced, nor for a failed open
+    kept = _envs.get(path, (None, 0))[0] is env
+    page_walk.check(os.path.join(path, "data.mdb"), txn.id(), keep_map=kept)
     _checked[path] = txn.id()
 
 

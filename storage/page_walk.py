@@ -34,14 +34,15 @@ _BIGDATA = 0x01
 _INVALID = (1 << 64) - 1
 
 
-def check(path: str, txn_id: int) -> None:
+def check(path: str, txn_id: int, keep_map: bool = False) -> None:
     """Checks the pages of version ``txn_id`` of the LMDB file ``path`` (held by the caller's
     read transaction); CorruptionError naming the first bad page. Natively where ebb's native
     module is built (storage/native/lmdb_pages.c: the same checks in tens of microseconds, where
-    numpy's take about half a millisecond a megabyte), else in numpy (``_check``)."""
+    numpy's take about half a millisecond a megabyte), else in numpy (``_check``). With
+    ``keep_map``, the file's map is kept for the next check until ``forget(path)``."""
     from .point_probe import _point_probe  # the native module, loaded (or turned off) there
 
-    buf = _mapped(path)
+    buf = _mapped(path, keep_map)
     if _point_probe is None:
         _check(buf, path, txn_id)
         return
@@ -58,10 +59,11 @@ def check(path: str, txn_id: int) -> None:
 _maps: dict[str, tuple[tuple[int, int, int], np.ndarray]] = {}  # by path: ((device, inode, size), map)
 
 
-def _mapped(path: str) -> np.ndarray:
+def _mapped(path: str, keep: bool) -> np.ndarray:
     """The whole of LMDB file ``path``, mapped read-only: the kept map if it is of the same file
     (device and inode: a copy put in its place is mapped anew) and the file has not grown or
-    shrunk; CorruptionError if it cannot be read or is too short to be LMDB's."""
+    shrunk, else a new one, kept if ``keep``; CorruptionError if it cannot be read or is too
+    short to be LMDB's."""
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
@@ -75,7 +77,8 @@ def _mapped(path: str) -> np.ndarray:
     except OSError as e:
         raise CorruptionError(f"{path}: the metadata file cannot be read ({e.strerror})") from None
     buf = np.frombuffer(m, np.uint8)  # the map closes with the last array on it
-    _maps[path] = (which, buf)
+    if keep:
+        _maps[path] = (which, buf)
     return buf
 
 

@@ -69,6 +69,9 @@ def test_a_reader_of_the_data_directory_answers_as_the_archive_at_every_update(t
         assert archive_answers(remote, T, PROBES, RANGES) == _answers(oracle, T) == archive_answers(arc, T, PROBES, RANGES)
         assert remote.stats()["updates"] == arc.stats()["updates"]
     assert len(published._copies(published.meta_dir(str(tmp_path / "shared")))) == published.KEEP
+    # the copies replaced and deleted are not held mapped (their page check kept no map of them)
+    with open("/proc/self/maps") as f:
+        assert [line for line in f if str(tmp_path) in line and line.rstrip().endswith("(deleted)")] == []
     problems, notes = verify(arc)
     assert problems == [] and any(n.startswith("meta:") for n in notes)
     remote.close()
