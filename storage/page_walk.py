@@ -2,7 +2,7 @@
 
 LMDB trusts its pages: a zeroed or garbled branch or leaf page makes it fail an assertion
 (``mdb.c: Assertion 'IS_LEAF(mp)' failed``) and abort the whole process, or read outside the
-page. ``check`` walks, in Python and read-only, every page a version's trees reach, from the
+page. ``check`` walks, read-only, every page a version's trees reach, from the
 meta page that names the version, and checks what LMDB relies on: each page's number, kind and
 bounds, each node's extent within its page, the depth of every leaf, and each large value's
 overflow pages; it raises CorruptionError at the first page that fails. Pages are read through
