@@ -13,7 +13,7 @@ commit, whose own snapshot has checked the new version's pages.
 For each store, this process creates it and bulk-loads the workload, then starts a reader
 process (a fresh interpreter), which opens the store once and waits. After each update this
 process commits, the reader probes the update's probe key (``Workload.probe_key``), timed in the
-reader, then another key (a probe a moment later). Every store must return the same rows for
+reader, then another key (a probe a moment later). Every store must return as many rows for
 each key. Prints the medians and writes JSON (``--out``).
 """
 
@@ -66,6 +66,7 @@ def measure(config: str, workload: str, updates: int, root: Path) -> dict:
     ours, theirs = multiprocessing.get_context("spawn").Pipe()
     reader = multiprocessing.get_context("spawn").Process(target=_reader, args=(config, str(path), workload, updates, theirs))
     reader.start()
+    theirs.close()  # the reader's end is the reader's: if it dies, ``recv`` here ends (EOFError)
     first, after, rows, loads = [], [], [], []
     try:
         ours.send("open")
@@ -83,6 +84,9 @@ def measure(config: str, workload: str, updates: int, root: Path) -> dict:
             rows.append([r1, r2])
         ours.send(None)
         reader.join(60)
+    except (EOFError, BrokenPipeError):
+        reader.join(10)
+        raise SystemExit(f"first_probe: the reader process of {config} exited ({reader.exitcode}); its error is above")
     finally:
         if reader.is_alive():
             reader.kill()
