@@ -251,7 +251,7 @@ class MappedSource:
         self._mmap = READS.mmap(fd, size, prot=mmap.PROT_READ) if size else None
         if self._mmap is not None:
             self._mmap.madvise(mmap.MADV_RANDOM)
-        self._map = pa.py_buffer(self._mmap if self._mmap is not None else b"")
+        self._map: pa.Buffer | None = None  # made on the first ``view``: most maps are only read natively
         self.mapped_in = False  # its resident pages were mapped in (RELEASER)
         self.fd = fd
 
@@ -268,6 +268,8 @@ class MappedSource:
             raise read_failed(e, what) from None
         if offset + length > min(self.size, size):
             raise CorruptionError(f"{what}: file ends before byte {offset + length}, its descriptor needs it")
+        if self._map is None:
+            self._map = pa.py_buffer(self._mmap if self._mmap is not None else b"")
         return self._map.slice(offset, length)
 
     def read(self, offset: int, length: int, what: str) -> pa.Buffer:

@@ -42,44 +42,54 @@ def check(path: str, txn_id: int, keep_map: bool = False) -> None:
     ``keep_map``, the file's map is kept for the next check until ``forget(path)``."""
     from .point_probe import _point_probe  # the native module, loaded (or turned off) there
 
-    buf = _mapped(path, keep_map)
     if _point_probe is None:
+        buf, _ = _mapped(path, keep_map, None)
         _check(buf, path, txn_id)
         return
-    failure = _point_probe.check_lmdb_pages(buf, txn_id)
+    the_map, size = _mapped(path, keep_map, _point_probe)
+    failure = _point_probe.check_lmdb_pages(the_map, txn_id, size)
     if failure is not None:
         raise CorruptionError(f"{path}: {failure}")
 
 
-# The file's map, kept from one check to the next while its size is unchanged: LMDB writes its
-# pages in place through the page cache, so a kept map reads each version as it is, and a check
-# touches no page it has not mapped before. (The file grows by a few pages with most commits
-# while the archive grows; it is then mapped anew, and the walk faults in only the pages it
-# reaches: mapping in all its resident pages at once, ``map_resident``, took longer.)
-_maps: dict[str, tuple[tuple[int, int, int], np.ndarray]] = {}  # by path: ((device, inode, size), map)
+# The file's map, kept from one check to the next: LMDB writes its pages in place through the
+# page cache, so a kept map reads each version as it is, and a check touches no page it has not
+# mapped before. The file grows by a few pages with most commits while the archive grows, so the
+# native map is made with room to spare (``_ROOM``), and made again only when the file outgrows
+# it; numpy's is exactly the file (an array of it), and made again whenever the size changes.
+_ROOM = 64 << 20  # bytes of address space a native map reserves beyond the file (no memory)
+_maps: dict[str, tuple[tuple[int, int], object, int]] = {}  # by path: ((device, inode), map, bytes it covers)
 
 
-def _mapped(path: str, keep: bool) -> np.ndarray:
-    """The whole of LMDB file ``path``, mapped read-only: the kept map if it is of the same file
-    (device and inode: a copy put in its place is mapped anew) and the file has not grown or
-    shrunk, else a new one, kept if ``keep``; CorruptionError if it cannot be read or is too
-    short to be LMDB's."""
+def _mapped(path: str, keep: bool, native) -> tuple[object, int]:
+    """The whole of LMDB file ``path`` mapped read-only, and its size now: the kept map if it is
+    of the same file (device and inode: a copy put in its place is mapped anew) and covers the
+    file, else a new one (``native``'s, with room to grow, or a numpy array of the file), kept if
+    ``keep``; CorruptionError if it cannot be read or is too short to be LMDB's."""
     try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            which = (st.st_dev, st.st_ino, st.st_size)
-            kept = _maps.get(path)
-            if kept is not None and kept[0] == which:
-                return kept[1]
+        st = os.stat(path)
+        kept = _maps.get(path)
+        if kept is not None and kept[0] == (st.st_dev, st.st_ino) and (
+                st.st_size <= kept[2] if native is not None else st.st_size == kept[2]):
+            return kept[1], st.st_size
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)  # of the file opened, should another have been put in its place since
             if st.st_size < 2 * _PAGE_SIZES[0]:
                 raise CorruptionError(f"{path}: the metadata file has {st.st_size} bytes, too few for LMDB")
-            m = mmap.mmap(f.fileno(), st.st_size, prot=mmap.PROT_READ)
+            if native is not None:
+                covers = st.st_size + _ROOM
+                the_map = native.map_lmdb_file(fd, covers)
+            else:
+                covers = st.st_size
+                the_map = np.frombuffer(mmap.mmap(fd, covers, prot=mmap.PROT_READ), np.uint8)  # closes with the array
+        finally:
+            os.close(fd)
     except OSError as e:
         raise CorruptionError(f"{path}: the metadata file cannot be read ({e.strerror})") from None
-    buf = np.frombuffer(m, np.uint8)  # the map closes with the last array on it
     if keep:
-        _maps[path] = (which, buf)
-    return buf
+        _maps[path] = ((st.st_dev, st.st_ino), the_map, covers)
+    return the_map, st.st_size
 
 
 def forget(path: str) -> None:

@@ -196,6 +196,18 @@ class RunDescriptor:
         return _sums(body, head, end)
 
 
+def _extent(blocks: np.ndarray) -> tuple[int, int]:
+    """The byte after the last of ``blocks`` (BLOCK entries) and how many page sums they have:
+    in one native call where the module is built (a new run's first probe parses its descriptor,
+    and numpy's calls on it took most of the parse), else in numpy."""
+    from .point_probe import _point_probe  # the native module, loaded (or turned off) there
+
+    if _point_probe is not None:
+        return _point_probe.block_extent(blocks)
+    last = int(blocks["offset"][-1] + blocks["length"][-1]) if blocks.size else 0
+    return last, int(page_count(blocks["length"].astype(np.int64)).sum())
+
+
 def parse_sealed(value: bytes, name: str, what: str) -> tuple[memoryview, dict, np.ndarray, int, int]:
     """(body, head, BLOCK entries (a view of body), where the keys start, where the page sums
     start) of a sealed descriptor, after checking its seal and that its parts fit together (a
@@ -221,8 +233,8 @@ def parse_sealed(value: bytes, name: str, what: str) -> tuple[memoryview, dict, 
     end = len(body)
     if type(head.get("schema", 0)) is not int or head.get("schema", 0) < 0:
         raise CorruptionError(f"{what}: run {name} names schema version {head['schema']!r}")
+    last, pages = _extent(blocks)
     if "filter" in head:
-        last = int(blocks["offset"][-1] + blocks["length"][-1]) if n else 0
         if not (type(head["filter"]) is int and head["filter"] >= last and head["filter"] % PAGE_BYTES == 0):
             raise _malformed(what, name, "where its key filters are")
         bits = head.get("filter_bits", FILTER_BITS_UNNAMED)
@@ -231,7 +243,7 @@ def parse_sealed(value: bytes, name: str, what: str) -> tuple[memoryview, dict, 
     if "page" in head:
         if head["page"] != PAGE_BYTES:
             raise CorruptionError(f"{what}: run {name} has pages of {head['page']!r} bytes, this ebb reads {PAGE_BYTES}")
-        end -= PAGE_SUM.itemsize * int(page_count(blocks["length"].astype(np.int64)).sum())
+        end -= PAGE_SUM.itemsize * pages
     if end < pos or head["keys"] == "int" and end - pos != 2 * INT_KEY.itemsize * n:
         raise _malformed(what, name, "its keys and page sums do not fill it")
     return body, head, blocks, pos, end

@@ -299,3 +299,49 @@ def test_native_page_walk_agrees_with_numpys(tmp_path, mode):
         outcomes["ok" if numpy_ok else "damaged"] += 1
     assert _point_probe.check_lmdb_pages(intact, tid) is None
     assert outcomes["ok"] > 50 and outcomes["damaged"] > 50, outcomes
+
+
+@pytest.mark.skipif(not NATIVE, reason="the native module is not built")
+def test_a_kept_map_reads_the_pages_the_file_grows_by(tmp_path):
+    """The native page walk keeps its map of an archive's file with room to grow: after the file
+    grows in place, the next check reads the new pages through the same map, and a damaged page
+    among them is found, as the numpy walk finds it."""
+    base = str(tmp_path / "base")
+    _build(base, "norebuild", False)
+    src = os.path.join(base, "index", "data.mdb")
+
+    def version():
+        env = lmdb.open(os.path.dirname(src), readonly=True, lock=False)
+        with env.begin() as txn:
+            tid = txn.id()
+        env.close()
+        return np.fromfile(src, np.uint8), tid
+
+    small, small_tid = version()
+    rng = np.random.default_rng(3)
+    with Archive(base) as arc:
+        for t in range(24, 24 + 2 * 12, 2):
+            arc.load(table_of(_rows(rng, 400, t - DELTA + 1, t, f"g{t}", False), _schema(pa.int64())), t)
+    big, big_tid = version()
+    assert big.size > small.size
+    path = str(tmp_path / "copy.mdb")
+    small.tofile(path)
+    try:
+        page_walk.check(path, small_tid, keep_map=True)
+        kept = page_walk._maps[path][1]
+        with open(path, "r+b") as f:  # the same file, grown in place as LMDB grows it
+            f.write(big.tobytes())
+        page_walk.check(path, big_tid, keep_map=True)
+        assert page_walk._maps[path][1] is kept
+        damaged = big.copy()
+        damaged[small.size:] = 0  # every page the file grew by
+        with pytest.raises(CorruptionError):
+            page_walk._check(damaged, path, big_tid)
+        with open(path, "r+b") as f:
+            f.seek(small.size)
+            f.write(damaged[small.size:].tobytes())
+        with pytest.raises(CorruptionError, match="copy.mdb"):
+            page_walk.check(path, big_tid, keep_map=True)
+        assert page_walk._maps[path][1] is kept
+    finally:
+        page_walk.forget(path)

@@ -391,6 +391,22 @@ def test_probe_many_is_every_single_probe_in_key_order(tmp_path, text):
     arc.close()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 32) - 1)), max_size=40))
+def test_block_extent_is_numpys(entries):
+    """``_point_probe.block_extent``, which a sealed descriptor's parse checks its parts against
+    (run_descriptor._extent), gives numpy's end of the last block and page count, for any
+    offsets and lengths the entries can hold (a damaged offset wraps the same way)."""
+    blocks = np.zeros(len(entries), disk_format.BLOCK)
+    if entries:
+        blocks["offset"], blocks["length"] = zip(*entries)
+    with np.errstate(over="ignore"):
+        last = int(blocks["offset"][-1] + blocks["length"][-1]) if entries else 0
+    pages = int(disk_format.page_count(blocks["length"].astype(np.int64)).sum())
+    assert point_probe._point_probe.block_extent(blocks) == (last, pages)
+    assert point_probe._point_probe.block_extent(blocks.tobytes()) == (last, pages)
+
+
 def test_the_native_module_refuses_another_format():
     """The extension compares each format fact it was compiled with to disk_format's: the same
     facts pass; one changed (in a dict, or in disk_format before the first import, in a fresh

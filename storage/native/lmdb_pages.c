@@ -13,8 +13,55 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "lmdb_pages.h"
+
+#define MAP_NAME "ebb.lmdb_map"
+
+/* A read-only map of an LMDB file longer than the file (map_lmdb_file): the file grows a few
+ * pages with most commits, and a map with room to spare serves the checks that follow without
+ * being made again. Pages past the file's end are never touched (each check is given the
+ * file's size as it is then). */
+typedef struct {
+    uint8_t *addr;
+    size_t len;
+} LmdbMap;
+
+static void unmap_lmdb_file(PyObject *capsule) {
+    LmdbMap *m = PyCapsule_GetPointer(capsule, MAP_NAME);
+    if (m == NULL)
+        return;
+    munmap(m->addr, m->len);
+    PyMem_Free(m);
+}
+
+PyObject *map_lmdb_file(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd;
+    unsigned long long len;
+    if (!PyArg_ParseTuple(args, "iK", &fd, &len))
+        return NULL;
+    if (len == 0 || len > SIZE_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a map's length must be positive");
+        return NULL;
+    }
+    LmdbMap *m = PyMem_Malloc(sizeof(LmdbMap));
+    if (m == NULL)
+        return PyErr_NoMemory();
+    void *addr = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+        PyMem_Free(m);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    *m = (LmdbMap){addr, (size_t)len};
+    PyObject *capsule = PyCapsule_New(m, MAP_NAME, unmap_lmdb_file);
+    if (capsule == NULL) {
+        munmap(addr, (size_t)len);
+        PyMem_Free(m);
+    }
+    return capsule;
+}
 
 #define HDR 16  /* page header: pgno (8), pad (2), flags (2), lower (2), upper (2) */
 #define NODE 8  /* node header: lo, hi, flags, ksize (2 each) */
@@ -125,12 +172,28 @@ static int tree(Walk *w, uint64_t root, int depth, const char *where) {
 }
 
 PyObject *check_lmdb_pages(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    unsigned long long txn_id;
-    if (!PyArg_ParseTuple(args, "y*K", &buf, &txn_id))
+    (void)self;
+    Py_buffer buf = {0};
+    PyObject *file_arg;
+    unsigned long long txn_id, size_arg = 0;
+    if (!PyArg_ParseTuple(args, "OK|K", &file_arg, &txn_id, &size_arg))
         return NULL;
-    const uint8_t *file = buf.buf;
-    uint64_t size = (uint64_t)buf.len;
+    const uint8_t *file;
+    uint64_t size;
+    if (PyCapsule_IsValid(file_arg, MAP_NAME)) {  /* the call's arguments hold the map while it runs */
+        LmdbMap *m = PyCapsule_GetPointer(file_arg, MAP_NAME);
+        if (size_arg > m->len) {
+            PyErr_SetString(PyExc_ValueError, "the file's size is beyond its map");
+            return NULL;
+        }
+        file = m->addr;
+        size = size_arg;
+    } else {
+        if (PyObject_GetBuffer(file_arg, &buf, PyBUF_SIMPLE) < 0)
+            return NULL;
+        file = buf.buf;
+        size = (uint64_t)buf.len;
+    }
     char msg[256];
     Walk w = {file, 0, 0, 0, 0, msg, sizeof msg};
     int bad = 0;
@@ -158,7 +221,8 @@ PyObject *check_lmdb_pages(PyObject *self, PyObject *args) {
               || tree(&w, m->main_root, m->main_depth, "main tree") < 0;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&buf);
+    if (buf.obj != NULL)
+        PyBuffer_Release(&buf);
     if (bad)
         return PyUnicode_FromString(msg);
     Py_RETURN_NONE;

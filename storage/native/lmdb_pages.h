@@ -3,8 +3,13 @@
 #define EBB_LMDB_PAGES_H
 #include <Python.h>
 
-/* check_lmdb_pages(file, txn_id) -> None, or the first failure (str): page_walk.check's walk of
- * the version ``txn_id`` of an LMDB file (a buffer of the whole file), its checks and messages. */
+/* check_lmdb_pages(file, txn_id[, size]) -> None, or the first failure (str): page_walk.check's
+ * walk of the version ``txn_id`` of an LMDB file (a buffer of the whole file, or a map_lmdb_file
+ * map with the file's ``size``), its checks and messages. */
 PyObject *check_lmdb_pages(PyObject *self, PyObject *args);
+
+/* map_lmdb_file(fd, length) -> a capsule holding a read-only shared map of ``length`` bytes of
+ * the file (more than it holds: room for it to grow), unmapped when the capsule goes. */
+PyObject *map_lmdb_file(PyObject *self, PyObject *args);
 
 #endif

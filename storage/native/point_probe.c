@@ -1456,6 +1456,31 @@ done:
     return out;
 }
 
+/* Where a run's blocks end and how many page sums they have: what a sealed descriptor's parse
+ * checks its parts against (run_descriptor.parse_sealed), without numpy's calls on each new run. */
+static PyObject *block_extent(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer blocks;
+    if (PyObject_GetBuffer(arg, &blocks, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = blocks.len / ENTRY_BYTES;
+    const uint8_t *b = blocks.buf;
+    uint64_t end = 0, pages = 0;
+    if (blocks.len % ENTRY_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "blocks must be BLOCK entries");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        pages += ((uint64_t)ld32(b + i * ENTRY_BYTES + E_LENGTH) + PAGE - 1) / PAGE;
+    if (n)
+        end = ld64(b + (n - 1) * ENTRY_BYTES + E_OFFSET) + ld32(b + (n - 1) * ENTRY_BYTES + E_LENGTH);
+    out = Py_BuildValue("(KK)", (unsigned long long)end, (unsigned long long)pages);
+done:
+    PyBuffer_Release(&blocks);
+    return out;
+}
+
 /* One run's map and arrays, checked against each other and held (exported) for as long as the
  * capsule lives: every version that keeps the run reuses it, so a new version's run set costs a
  * copy a run, not an export of each of its buffers. */
@@ -1816,9 +1841,14 @@ static PyObject *map_resident(PyObject *self, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"check_lmdb_pages", check_lmdb_pages, METH_VARARGS,
-     "check_lmdb_pages(file, txn_id) -> None or str\n\n"
+     "check_lmdb_pages(file, txn_id[, size]) -> None or str\n\n"
      "page_walk.check's walk of version txn_id of an LMDB file (a buffer of the whole file): None if every\n"
-     "page its trees reach is well-formed, else the first failure (lmdb_pages.c)."},
+     "page its trees reach is well-formed, else the first failure (lmdb_pages.c). file may also be a\n"
+     "map_lmdb_file map, with the file's size as a third argument."},
+    {"map_lmdb_file", map_lmdb_file, METH_VARARGS,
+     "map_lmdb_file(fd, length) -> capsule\n\n"
+     "A read-only shared map of length bytes of an LMDB file, longer than the file so that it serves\n"
+     "check_lmdb_pages while the file grows; unmapped when the capsule is let go. OSError if it cannot be made."},
     {"map_resident", map_resident, METH_O,
      "map_resident(map) -> int\n\n"
      "Maps into the process the pages of a file map that are in the page cache (mincore, then\n"
@@ -1833,6 +1863,10 @@ static PyMethodDef methods[] = {
      "stretch of equal slot), then the number of blocks; each block's first page among the run's page\n"
      "sums, then the total; and each block's key filter's offset from the first one's, then where the\n"
      "last ends (key_filter.units with filter_bits a record; None if filter_bits is 0)."},
+    {"block_extent", block_extent, METH_O,
+     "block_extent(blocks) -> (end, pages)\n\n"
+     "Of a run's BLOCK entries (bytes-like): the byte after its last block (offset + length; 0 for none)\n"
+     "and the number of page sums its blocks have (disk_format.page_count of each length, summed)."},
     {"prepared_run", prepared_run, METH_VARARGS,
      "prepared_run(map, fd, first, last, blocks, sections, page_start, sums[, first_at, last_at, filter_at, filters])\n"
      "-> Run capsule\n\n"
