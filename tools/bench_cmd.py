@@ -127,6 +127,8 @@ def register(subparsers) -> None:
     library.add_argument("--scale", type=float, default=1.0, metavar="F", help="records and keys times F (default 1)")
     library.add_argument("--cold", type=int, metavar="N", help="cold probes per store (default 20; 0 = none)")
     library.add_argument("--probes", type=int, metavar="N", help="timed warm probes per store (default 2000)")
+    library.add_argument("--passes", type=int, metavar="N", help="passes of the timed probes, the stores taking turns "
+                         "(default 5)")
     library.add_argument("--warmup", type=int, metavar="N", help="untimed probes before them (default 200)")
     library.add_argument("--batch", type=int, metavar="N", help="keys in the probe_many batch (default 10000)")
     library.add_argument("--dir", metavar="DIR", help="where the stores are built (default a new directory under /tmp)")
@@ -134,7 +136,7 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
-_LIBRARY_ONLY = ("stores", "cold", "probes", "warmup", "batch", "dir")
+_LIBRARY_ONLY = ("stores", "cold", "probes", "passes", "warmup", "batch", "dir")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,14 +149,14 @@ def run(args: argparse.Namespace) -> int:
     if args.workload == "library":
         from . import library_bench as lib
 
-        defaults = {"stores": lib.DEFAULT_STORES, "cold": lib.COLD_PROBES, "probes": lib.PROBES,
+        defaults = {"stores": lib.DEFAULT_STORES, "cold": lib.COLD_PROBES, "probes": lib.PROBES, "passes": lib.PROBE_PASSES,
                     "warmup": lib.WARMUP_PROBES, "batch": lib.BATCH_KEYS, "out": "bench-results/library", "bandwidth_mib": 256}
         for name, value in defaults.items():
             if getattr(args, name) is None:
                 setattr(args, name, value)
         return lib.run(args)
     if any(getattr(args, name) is not None for name in _LIBRARY_ONLY) or args.keep or args.scale != 1.0:
-        raise UsageError("--stores, --scale, --cold, --probes, --warmup, --batch, --dir and --keep are options of "
+        raise UsageError("--stores, --scale, --cold, --probes, --passes, --warmup, --batch, --dir and --keep are options of "
                          "`ebb bench library`")
     if args.minutes is not None or args.short:
         raise UsageError("--minutes and --short are options of `ebb bench soak`")

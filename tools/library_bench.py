@@ -17,14 +17,22 @@ strings. Each store runs in processes of its own:
    ``perf_counter`` around ``Store.load`` alone (the batch is generated before): the median.
 2. read, in a new process that opens the store fresh (ebb: an ``ArchiveReader`` of its own
    opened from the path, which never saw the writer): 200 warm-up probes; 2,000 probes of random
-   keys, each timed alone, every answer consumed (rows counted, ``seq`` summed) -> p50, p99,
-   mean; one batch of 10,000 unique random keys through ``Store.probe_many`` (the fastest of 3
-   runs of it) -> total and per key, then the same keys one ``probe`` at a time (the check that
-   the batch answers alike, and its time); a full scan (the fastest of 3); then ``--cold`` times
-   (default 20): close the store, check nothing under it is still open or mapped, drop the page
-   cache (root only; skipped with a note otherwise), reopen it (untimed, as a serving process
-   opens once: ebb reads its runs' block directories there, RocksDB its index and filter blocks)
-   and time one probe of a fresh random key -> p50.
+   keys, each timed alone, every answer consumed (rows counted, ``seq`` summed); one batch of
+   10,000 unique random keys through ``Store.probe_many`` (the fastest of 3 runs of it) -> total
+   and per key, then the same keys one ``probe`` at a time (the check that
+   the batch answers alike, and its time); a full scan (the fastest of 3).
+3. ``--passes`` - 1 more passes of step 2's warm probes once every store is built and read, each
+   in a new process that opens the store fresh, the stores taking turns (each pass in the order
+   of the last, rotated by one). The machine's speed drifts over a run (on the bench machine, a
+   store's p50 moved by up to 2x from one run to the next with its code unchanged), and a store
+   measured only while it was slow would carry that into every ratio; spread over the run, each
+   store's probes meet the drift alike. Probe p50, p99 and mean are over every pass's probes,
+   and each pass's p50 is kept to show the spread.
+4. last, for each store in turn (each drops the page cache every warm read above relied on):
+   ``--cold`` times (default 20), close the store, check nothing under it is still open or
+   mapped, drop the page cache (root only; skipped with a note otherwise), reopen it (untimed, as
+   a serving process opens once: ebb reads its runs' block directories there, RocksDB its index
+   and filter blocks) and time one probe of a fresh random key -> p50.
 
 Keys are drawn by ``Workload.random_keys`` with fixed streams, so every store probes the same keys;
 every answer is checked against a brute-force oracle computed from the generated records, and
@@ -32,7 +40,8 @@ the stores against each other. Output: a markdown table on stdout and in ``--out
 everything in ``--out``/library.json (per store: update median, warm probe p50/p99/mean, cold
 p50, batch per key and its speedup over the same store's single-probe mean, scan; and the ratios
 the issue's acceptance asks for), with the machine (tools/machine.py) and the commit. Progress
-goes to stderr. The stores live under ``--dir`` (default a new directory under /tmp) and are
+goes to stderr. With ``--out`` docs/benchmarks/library, docs/benchmarks.md is rewritten to
+include the run. The stores live under ``--dir`` (default a new directory under /tmp) and are
 removed at the end unless ``--keep``.
 
 Run: ``python -m ebb.tools.library_bench`` (``--help`` for the options).
@@ -54,6 +63,7 @@ from pathlib import Path
 WORKLOAD = "library"
 DEFAULT_STORES = "Rebuild2x2,NoRebuild4x4,sqlite,rocksdb,lmdb"
 WARMUP_PROBES, PROBES, BATCH_KEYS, BATCH_RUNS, SCAN_RUNS, COLD_PROBES = 200, 2000, 10_000, 3, 3, 20
+PROBE_PASSES = 5  # passes of the warm probes, the stores taking turns (module docstring, step 3)
 # Workload.random_keys streams: independent draws, the same for every store
 WARMUP_STREAM, PROBE_STREAM, BATCH_STREAM, COLD_STREAM = 0x25A, 0x25B, 0x25C, 0x25D
 STRING_SUFFIX = "-str"
@@ -174,13 +184,36 @@ def _pct(times, q: float) -> float:
     return float(np.percentile(times, q)) if len(times) else float("nan")
 
 
-def read(job: Job) -> dict:
-    """Opens the built store fresh and measures its reads (module docstring, step 2)."""
+def warm_probes(store, job: Job) -> dict:
+    """The warm-up probes, then the timed ones of one pass: their times (``probe_s``) and answers."""
     import gc
 
+    from .run_config import time_probes
 
-    from .measure import cold_cache_problem
-    from .run_config import go_cold, time_probes
+    w, keys = job.workload(), Keys(job)
+    at = w.time_of(w.updates)
+    for k in keys.single(w.random_keys(job.warmup, WARMUP_STREAM)):
+        store.probe(k, at)
+    gc.collect()  # not the build's or the warm-up's garbage in the timed probes
+    times, rows, seq = time_probes(store, keys.single(w.random_keys(job.probes, PROBE_STREAM)), at)
+    _log(f"{job.label}: {len(times)} probes: p50 {_pct(times, 50) * 1e6:.1f} us, "
+         f"p99 {_pct(times, 99) * 1e6:.1f} us, mean {times.mean() * 1e6:.1f} us")
+    return {"probes": len(times), "probe_s": times.tolist(), "probe_rows": rows, "probe_seq_sum": seq}
+
+
+def probe_pass(job: Job) -> dict:
+    """Opens the built store fresh and times one more pass of its warm probes (step 3)."""
+    store = _store(job)
+    store.open()
+    try:
+        return warm_probes(store, job)
+    finally:
+        store.close()
+
+
+def read(job: Job) -> dict:
+    """Opens the built store fresh and measures its warm reads (module docstring, step 2)."""
+    from .run_config import time_probes
 
     w = job.workload()
     at = w.time_of(w.updates)
@@ -190,15 +223,7 @@ def read(job: Job) -> dict:
     store.open()
     out: dict = {"open_s": time.perf_counter() - t0}
     try:
-        warm = keys.single(w.random_keys(job.warmup, WARMUP_STREAM))
-        for k in warm:
-            store.probe(k, at)
-        gc.collect()  # not the build's or the warm-up's garbage in the timed probes
-        times, rows, seq = time_probes(store, keys.single(w.random_keys(job.probes, PROBE_STREAM)), at)
-        out.update(probes=len(times), probe_p50_s=_pct(times, 50), probe_p99_s=_pct(times, 99),
-                   probe_mean_s=float(times.mean()), probe_max_s=float(times.max()), probe_rows=rows, probe_seq_sum=seq)
-        _log(f"{job.label}: {len(times)} probes: p50 {out['probe_p50_s'] * 1e6:.1f} us, "
-             f"p99 {out['probe_p99_s'] * 1e6:.1f} us, mean {out['probe_mean_s'] * 1e6:.1f} us")
+        out.update(warm_probes(store, job))
 
         bkeys = w.random_keys(job.batch, BATCH_STREAM, unique=True)
         arg = keys.batch(bkeys)
@@ -228,28 +253,71 @@ def read(job: Job) -> dict:
         out.update(scan_s=min(scans), scan_runs_s=scans, scan_rows=res.rows, scan_seq_sum=res.seq_sum)
         _log(f"{job.label}: scan of {res.rows:,} records {min(scans):.3f} s")
 
-        problem = cold_cache_problem() if job.cold > 0 else "--cold 0"
-        cold, cold_rows, cold_seq = [], 0, 0
-        if problem is None:
+    finally:
+        store.close()
+    return out
+
+
+def cold_probes(job: Job) -> dict:
+    """Opens the built store and times ``job.cold`` probes of fresh keys, each after closing it,
+    dropping the page cache and reopening it (step 4)."""
+    from .measure import cold_cache_problem
+    from .run_config import go_cold
+
+    w, keys = job.workload(), Keys(job)
+    at = w.time_of(w.updates)
+    problem = cold_cache_problem() if job.cold > 0 else "--cold 0"
+    cold, cold_rows, cold_seq = [], 0, 0
+    if problem is None:
+        store = _store(job)
+        store.open()
+        try:
             for k in keys.single(w.random_keys(job.cold, COLD_STREAM)):
                 go_cold(store, job.path)  # close, check no file is held, drop the page cache, reopen
                 t0 = time.perf_counter()
                 res = store.probe(k, at)
                 cold.append(time.perf_counter() - t0)
                 cold_rows, cold_seq = cold_rows + res.rows, cold_seq + res.seq_sum
-            _log(f"{job.label}: {len(cold)} cold probes: p50 {_pct(cold, 50) * 1e6:.0f} us")
-        else:
-            _log(f"{job.label}: no cold probes: {problem}")
-        out.update(cold_probes=len(cold), cold_p50_s=_pct(cold, 50) if cold else None, cold_probe_s=cold,
-                   cold_rows=cold_rows, cold_seq_sum=cold_seq, cold_note=problem)
-    finally:
-        store.close()
+        finally:
+            store.close()
+        _log(f"{job.label}: {len(cold)} cold probes: p50 {_pct(cold, 50) * 1e6:.0f} us")
+    else:
+        _log(f"{job.label}: no cold probes: {problem}")
+    return {"cold_probes": len(cold), "cold_p50_s": _pct(cold, 50) if cold else None, "cold_probe_s": cold,
+            "cold_rows": cold_rows, "cold_seq_sum": cold_seq, "cold_note": problem}
+
+
+def _child(job: Job, mode: str, root: Path) -> dict | str:
+    """Runs step ``mode`` of ``job`` in a process of its own: its result, or what went wrong."""
+    job.result = str(root / f"{job.label}.{mode}.json")
+    job_file = root / f"{job.label}.{mode}.job.json"
+    job_file.write_text(json.dumps(asdict(job)))
+    proc = subprocess.run([sys.executable, "-m", "ebb.tools.library_bench", "--child", mode, str(job_file)])
+    job_file.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        _log(f"{job.label}: {mode} failed (exit {proc.returncode}); going on with the next store")
+        return f"{mode} exited with {proc.returncode}"
+    out = json.loads(Path(job.result).read_text())
+    Path(job.result).unlink()
     return out
+
+
+def pooled(passes: list[dict]) -> dict:
+    """A store's warm probe figures over every pass's probes, each pass's p50 and p99, and each
+    pass's answers (every one is checked against the oracle)."""
+    import numpy as np
+
+    times = np.concatenate([np.asarray(p["probe_s"]) for p in passes])
+    return {"probe_passes": len(passes), "probe_p50_s": _pct(times, 50), "probe_p99_s": _pct(times, 99),
+            "probe_mean_s": float(times.mean()), "probe_max_s": float(times.max()),
+            "probe_pass_p50_s": [_pct(p["probe_s"], 50) for p in passes],
+            "probe_pass_p99_s": [_pct(p["probe_s"], 99) for p in passes],
+            "probe_pass_answers": [[p["rows"], p["seq_sum"]] for p in passes]}
 
 
 def child(mode: str, job_file: str) -> int:
     job = Job(**json.loads(Path(job_file).read_text()))
-    result = build(job) if mode == "build" else read(job)
+    result = {"build": build, "read": read, "probe": probe_pass, "cold": cold_probes}[mode](job)
     Path(job.result).write_text(json.dumps(result, indent=1))
     return 0
 
@@ -290,6 +358,9 @@ def check(results: dict[str, dict], expected: dict[str, tuple[int, int]]) -> lis
             got = (r[f"{read_}_rows"], r[f"{read_}_seq_sum"])
             if got != expected[read_]:
                 bad.append(f"{label}: {read_}: got {got} (rows, seq sum), want {expected[read_]}")
+        for n, got in enumerate(r.get("probe_pass_answers", [])[1:], 2):
+            if tuple(got) != expected["probe"]:
+                bad.append(f"{label}: probe pass {n}: got {tuple(got)} (rows, seq sum), want {expected['probe']}")
     return bad
 
 
@@ -350,9 +421,11 @@ def markdown(report: dict) -> str:
     rows = []
     for label, r in report["stores"].items():
         if "error" in r:
-            rows.append(f"| {label} | {r['keys']} | failed: {r['error']} |" + " |" * 8)
+            rows.append(f"| {label} | {r['keys']} | failed: {r['error']} |" + " |" * 9)
             continue
+        each = r.get("probe_pass_p50_s") or [r["probe_p50_s"]]
         rows.append(f"| {label} | {r['keys']} | {_s(r['update_median_s'])} | {_us(r['probe_p50_s'])} | "
+                    f"{_us(min(each))}-{_us(max(each))} | "
                     f"{_us(r['probe_p99_s'])} | {_us(r['probe_mean_s'])} | {_us(r.get('cold_p50_s'))} | "
                     f"{_us(r['batch_per_key_s'])} | {_x(r['batch_speedup'])} | {_s(r['scan_s'])} | "
                     f"{r['disk_bytes'] / 1e6:.0f} |")
@@ -369,15 +442,17 @@ def markdown(report: dict) -> str:
         "",
         "Every figure is of plain calls of the store's API, each timed by `time.perf_counter()` alone. Update: median "
         f"of the {w['updates']} updates. Probes, in a new process that opened the store fresh: {report['probes']:,} "
-        f"probes of random keys after {report['warmup']} warm-up probes (µs); cold: one probe of a fresh key after "
+        f"probes of random keys after {report['warmup']} warm-up probes (µs), in each of {report['passes']} passes, "
+        "the stores taking turns (each pass a new process, in the order of the last rotated by one); p50, p99 and "
+        "mean over every pass's probes, and the lowest and highest of the passes' p50s; cold: one probe of a fresh key after "
         "closing the store, dropping the page cache and reopening it, p50 of "
         f"{report['cold']} such probes; batch: {report['batch']:,} unique keys in one `probe_many` call (fastest of "
         f"{BATCH_RUNS}), per key, and its speedup over the same store's mean single probe; scan: all live records "
         f"(fastest of {SCAN_RUNS}). `-str`: the same records keyed by strings `sensor-0000000`...",
         "",
-        "| store | keys | update median s | probe p50 µs | probe p99 µs | probe mean µs | cold p50 µs | "
-        "batch µs/key | batch speedup | scan s | disk MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| store | keys | update median s | probe p50 µs | passes' p50 µs | probe p99 µs | probe mean µs | "
+        "cold p50 µs | batch µs/key | batch speedup | scan s | disk MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "Ratios (ebb / peer: below 1 = ebb faster):",
@@ -425,6 +500,8 @@ def run(args: argparse.Namespace) -> int:
         parse(s)  # a bad name fails before anything runs
     if not 0 < args.scale <= 1:
         raise SystemExit("library_bench: --scale must be in (0, 1]")
+    if args.passes < 1:
+        raise SystemExit("library_bench: --passes must be at least 1")
     todo = entries(stores, args.string_keys)
     w = WORKLOADS[WORKLOAD].scaled(args.scale)
     batch = min(args.batch, w.keys // 2)
@@ -438,32 +515,48 @@ def run(args: argparse.Namespace) -> int:
     machine = describe(str(root), args.bandwidth_mib << 20)
     results: dict[str, dict] = {}
     kinds: dict[str, tuple[str, bool]] = {}
+    jobs: dict[str, Job] = {}
+    passes: dict[str, list[dict]] = {}  # each store's warm probe passes
     t_all = time.time()
     try:
         for i, (label, config, strings) in enumerate(todo, 1):
             kinds[label] = (parse(config).family, strings)
-            job = Job(label, config, strings, args.scale, str(root / label), "", args.warmup, args.probes, batch, args.cold)
+            job = jobs[label] = Job(label, config, strings, args.scale, str(root / label), "", args.warmup,
+                                    args.probes, batch, args.cold)
             r: dict = {"config": config, "keys": "string" if strings else "int64"}
             t0 = time.time()
             for mode in ("build", "read"):
                 _log(f"[{i}/{len(todo)}] {label}: {mode}")
-                job.result = str(root / f"{label}.{mode}.json")
-                job_file = root / f"{label}.{mode}.job.json"
-                job_file.write_text(json.dumps(asdict(job)))
-                proc = subprocess.run([sys.executable, "-m", "ebb.tools.library_bench", "--child", mode, str(job_file)])
-                job_file.unlink(missing_ok=True)
-                if proc.returncode != 0:
-                    r["error"] = f"{mode} exited with {proc.returncode}"
-                    _log(f"{label}: {mode} failed (exit {proc.returncode}); going on with the next store")
+                got = _child(job, mode, root)
+                if isinstance(got, str):
+                    r["error"] = got
                     break
-                r.update(json.loads(Path(job.result).read_text()))
-                Path(job.result).unlink()
+                r.update(got)
             if "error" not in r:
-                r["batch_speedup"] = _ratio(r["probe_mean_s"], r["batch_per_key_s"])
-            if not args.keep:
-                shutil.rmtree(job.path, ignore_errors=True)
+                passes[label] = [{"probe_s": r.pop("probe_s"), "rows": r["probe_rows"], "seq_sum": r["probe_seq_sum"]}]
             results[label] = r
             _log(f"[{i}/{len(todo)}] {label}: done in {time.time() - t0:.0f} s")
+        order = list(passes)
+        for n in range(2, args.passes + 1):
+            order = order[1:] + order[:1]  # the stores take turns, each pass starting one further on
+            for label in order:
+                if "error" in results[label]:
+                    continue
+                _log(f"pass {n}/{args.passes}: {label}")
+                got = _child(jobs[label], "probe", root)
+                if isinstance(got, str):
+                    results[label]["error"] = f"pass {n}: {got}"
+                    continue
+                passes[label].append({"probe_s": got["probe_s"], "rows": got["probe_rows"], "seq_sum": got["probe_seq_sum"]})
+        for label, done in passes.items():
+            r = results[label]
+            if "error" not in r:
+                r.update(pooled(done))
+                r["batch_speedup"] = _ratio(r["probe_mean_s"], r["batch_per_key_s"])
+        for label, r in results.items():  # last: each drops the page cache that every warm read relied on
+            if "error" not in r:
+                got = _child(jobs[label], "cold", root)
+                r.update({"error": got} if isinstance(got, str) else got)
     finally:
         if not args.keep:
             for label, _, _ in todo:
@@ -476,7 +569,8 @@ def run(args: argparse.Namespace) -> int:
         "workload": {"name": w.name, "keys": w.keys, "record_bytes": w.record_bytes, "per_slot": w.per_slot,
                      "updates": w.updates, "p": w.p, "live_records": int(w.per_slot * (w.p + 1) / 2),
                      "live_bytes": w.expected_live_bytes, "description": w.description},
-        "scale": args.scale, "probes": args.probes, "warmup": args.warmup, "batch": batch, "cold": args.cold,
+        "scale": args.scale, "probes": args.probes, "passes": args.passes, "warmup": args.warmup, "batch": batch,
+        "cold": args.cold,
         "commit": _commit(), "ebb_commit": machine.get("ebb_commit"), "machine": machine,
         "stores": results, "ratios": ratios(results, kinds),
         "answers_correct": not wrong, "wrong_answers": wrong, "cold_note": "; ".join(sorted(notes)) or None,
@@ -487,6 +581,11 @@ def run(args: argparse.Namespace) -> int:
     (out / "library.md").write_text(md)
     print(md)
     _log(f"results: {out / 'library.md'}, {out / 'library.json'} ({report['wall_s']:.0f} s in all)")
+    docs = out.parent.parent
+    if out.name == "library" and out.parent.name == "benchmarks" and (docs / "benchmarks.md").exists():
+        from .report import rewrite  # the run is published: benchmarks.md includes it
+
+        _log(f"docs: {rewrite(docs)}")
     return 1 if wrong or report["failed"] else 0
 
 
@@ -500,6 +599,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cold", type=int, default=COLD_PROBES, metavar="N",
                    help=f"cold probes per store, each after a page-cache drop (root only; default {COLD_PROBES}; 0 = none)")
     p.add_argument("--probes", type=int, default=PROBES, metavar="N", help=f"timed warm probes per store (default {PROBES})")
+    p.add_argument("--passes", type=int, default=PROBE_PASSES, metavar="N",
+                   help=f"passes of the timed probes, each in a fresh reader process, the stores taking turns "
+                   f"(default {PROBE_PASSES})")
     p.add_argument("--warmup", type=int, default=WARMUP_PROBES, metavar="N",
                    help=f"untimed probes before them (default {WARMUP_PROBES})")
     p.add_argument("--batch", type=int, default=BATCH_KEYS, metavar="N",

@@ -58,6 +58,14 @@ def publish(plan: Plan, summary: pd.DataFrame, docs: Path) -> Path:
     plots.draw_workload(plan.workload, summaries, figdir, mach, ops=load_ops(plan.out))
     if plan.workload == "thesis-small" and "fluctuating" in summaries:
         plots.draw_workload("fluctuating", summaries, figdir, machines.get("fluctuating"))
+    return rewrite(docs)
+
+
+def rewrite(docs: Path) -> Path:
+    """Rewrites docs/benchmarks.md from what docs/benchmarks/ holds (every workload's published
+    run, and ``ebb bench library``'s); returns its path."""
+    figdir = docs / "benchmarks"
+    summaries, machines = load_published(figdir)
     path = docs / "benchmarks.md"
     path.write_text(render(summaries, machines, figdir))
     return path
