@@ -5,7 +5,7 @@ Every test that uses it is marked ``spark``: ``pytest -m "not spark"`` runs the 
 of the tests of reads with the native point probe off does, as Spark jobs do not probe through it).
 
 Tests marked ``system`` kill ``ebb run`` or a Spark driver at chosen or random moments and start
-it again, a new JVM each time (about 5 minutes together): they run when EBB_SYSTEM_TESTS=1 is set
+it again, a new JVM each time (about 6 minutes together): they run when EBB_SYSTEM_TESTS=1 is set
 (CI sets it in a step of its own, after the README's test command)."""
 
 from __future__ import annotations
