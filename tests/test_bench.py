@@ -33,12 +33,23 @@ pytest.importorskip("matplotlib")
 
 
 def test_config_names():
+    from dataclasses import replace
+
+    from ebb.storage.config import DEFAULT_BLOCK_BYTES
+    from ebb.tools.ebb_store import archive_config
+
     c = configs.parse("NoRebuild2x8-chr")
     assert (c.family, c.mode, c.partitioning, c.G, c.E, c.n, c.technique) == ("doubly", "norebuild", "chronological", 2, 8, 16, "NoRebuild-chr")
     w = configs.parse("D-exp25")
     assert (w.family, w.mode, w.split, w.n, w.technique) == ("wave", "norebuild", "expiration", 25, "D-exp")
     assert configs.parse("rocksdb").family == "peer"
-    for bad in ("R-ins40", "Rebuild4x", "mysql"):
+    b = configs.parse("Rebuild2x2-chr-b128k")  # a block size: the layout's archive is made with it
+    assert (b.G, b.partitioning, b.block_kib, b.technique) == (2, "chronological", 128, "Rebuild-chr-b128k")
+    assert configs.parse("D-ins4-b64k").technique == "D-ins-b64k" and configs.parse("D-ins4").block_kib == 0
+    tiny = replace(WORKLOADS["many-keys"], per_slot=100)
+    assert archive_config(b, tiny).block_bytes == 128 << 10
+    assert archive_config(configs.parse("Rebuild2x2"), tiny).block_bytes == DEFAULT_BLOCK_BYTES
+    for bad in ("R-ins40", "Rebuild4x", "mysql", "sqlite-b64k", "Rebuild2x2-b0k", "Rebuild2x2-b" + "9" * 6 + "k"):
         with pytest.raises(ValueError):
             configs.parse(bad)
     small = configs.default_configs("thesis-small")

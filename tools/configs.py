@@ -4,13 +4,17 @@ Names follow thesis section 4.4.1: ``R-ins4`` / ``R-exp9`` / ``D-ins16`` / ``D-e
 indices (R = REINDEX, i.e. ebb's rebuild mode; D = DEL, norebuild; ins/exp = split by insertion or
 expiration time; the number is n); ``Rebuild4x4`` / ``NoRebuild2x8`` are doubly partitioned
 round-robin indices with G x E sub-indices; a ``-chr`` suffix means chronological and ``-rand``
-random partitioning. Peers are ``sqlite``, ``duckdb``, ``lmdb``, ``rocksdb`` and ``parquet``.
+random partitioning; a ``-b<K>k`` suffix on any layout sets its block size to K KiB (``ebb init
+--block-bytes``; ebb's default otherwise), e.g. ``Rebuild2x2-b128k``, a line of its own in plots.
+Peers are ``sqlite``, ``duckdb``, ``lmdb``, ``rocksdb`` and ``parquet``.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+
+from ..storage.config import MAX_BLOCK_BYTES, MIN_BLOCK_BYTES
 
 PEERS = ("sqlite", "duckdb", "lmdb", "rocksdb", "parquet")
 WAVE_NS = (4, 9, 16, 25)
@@ -30,6 +34,7 @@ class Config:
     G: int = 0
     E: int = 0
     n: int = 0
+    block_kib: int = 0  # the layout's block size in KiB (0: ebb's default)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -37,37 +42,45 @@ class Config:
     @property
     def technique(self) -> str:
         """The line this configuration belongs to in the thesis's plots (n varies along it)."""
+        blocks = f"-b{self.block_kib}k" if self.block_kib else ""
         if self.family == "wave":
-            return self.name.rstrip("0123456789")
+            return self.name.removesuffix(blocks).rstrip("0123456789") + blocks
         if self.family == "doubly":
             base = "Rebuild" if self.mode == "rebuild" else "NoRebuild"
-            return base + {"round-robin": "", "chronological": "-chr", "random": "-rand"}[self.partitioning]
+            return base + {"round-robin": "", "chronological": "-chr", "random": "-rand"}[self.partitioning] + blocks
         return self.name
 
 
-_WAVE = re.compile(r"^([RD])-(ins|exp)(\d+)$")
-_DOUBLY = re.compile(r"^(Rebuild|NoRebuild)(\d+)x(\d+)(-chr|-rand)?$")
+_WAVE = re.compile(r"^([RD])-(ins|exp)(\d+)(?:-b([1-9]\d*)k)?$")
+_DOUBLY = re.compile(r"^(Rebuild|NoRebuild)(\d+)x(\d+)(-chr|-rand)?(?:-b([1-9]\d*)k)?$")
 
 
 def parse(name: str) -> Config:
     """The configuration a name denotes; ValueError with the accepted forms otherwise."""
     if name in PEERS:
         return Config(name=name, family="peer")
+    config = _layout(name)
+    if config.block_kib and not MIN_BLOCK_BYTES <= config.block_kib * 1024 <= MAX_BLOCK_BYTES:
+        raise ValueError(f"{name}: blocks must be of {MIN_BLOCK_BYTES >> 10} to {MAX_BLOCK_BYTES >> 10} KiB")
+    return config
+
+
+def _layout(name: str) -> Config:
     m = _WAVE.match(name)
     if m:
         n = int(m.group(3))
         if not 1 <= n <= 36:
             raise ValueError(f"{name}: a wave index needs 1 <= n <= p = 36")
         return Config(name=name, family="wave", mode="rebuild" if m.group(1) == "R" else "norebuild",
-                      split="insertion" if m.group(2) == "ins" else "expiration", n=n)
+                      split="insertion" if m.group(2) == "ins" else "expiration", n=n, block_kib=int(m.group(4) or 0))
     m = _DOUBLY.match(name)
     if m:
         g, e = int(m.group(2)), int(m.group(3))
         part = {None: "round-robin", "-chr": "chronological", "-rand": "random"}[m.group(4)]
         return Config(name=name, family="doubly", mode="rebuild" if m.group(1) == "Rebuild" else "norebuild",
-                      partitioning=part, G=g, E=e, n=g * e)
+                      partitioning=part, G=g, E=e, n=g * e, block_kib=int(m.group(5) or 0))
     raise ValueError(f"unknown configuration {name!r}: expected R-ins<n>, R-exp<n>, D-ins<n>, D-exp<n>, "
-                     f"Rebuild<G>x<E>, NoRebuild<G>x<E> (optionally -chr or -rand) or one of {', '.join(PEERS)}")
+                     f"Rebuild<G>x<E>, NoRebuild<G>x<E> (optionally -chr or -rand), any of them with -b<K>k (blocks of K KiB), or one of {', '.join(PEERS)}")
 
 
 def wave_layouts(ns: tuple[int, ...] = WAVE_NS) -> list[str]:

@@ -28,11 +28,15 @@ strings. Each store runs in processes of its own:
    measured only while it was slow would carry that into every ratio; spread over the run, each
    store's probes meet the drift alike. Probe p50, p99 and mean are over every pass's probes,
    and each pass's p50 is kept to show the spread.
-4. last, for each store in turn (each drops the page cache every warm read above relied on):
-   ``--cold`` times (default 20), close the store, check nothing under it is still open or
-   mapped, drop the page cache (root only; skipped with a note otherwise), reopen it (untimed, as
-   a serving process opens once: ebb reads its runs' block directories there, RocksDB its index
-   and filter blocks) and time one probe of a fresh random key -> p50.
+4. last (they drop the page cache every warm read above relied on), in one process, ``--cold``
+   rounds (default 20) of every store: close them all, check nothing under any is still open or
+   mapped, drop the page cache once (root only; skipped with a note otherwise), reopen them all
+   (untimed, as a serving process opens once: ebb reads its runs' block directories there,
+   RocksDB its index and filter blocks), wait half a second for reads the opens started, then
+   time one probe of a fresh random key in each store, the stores taking turns to go first ->
+   each store's p50. Measured store after store, a slow stretch of the disk landed on one store
+   (RocksDB's cold p50 ranged from 0.38 to 0.98 ms between such runs on the bench machine);
+   in rounds, every store meets it alike.
 
 Keys are drawn by ``Workload.random_keys`` with fixed streams, so every store probes the same keys;
 every answer is checked against a brute-force oracle computed from the generated records, and
@@ -63,6 +67,7 @@ from pathlib import Path
 WORKLOAD = "library"
 DEFAULT_STORES = "Rebuild2x2,NoRebuild4x4,sqlite,rocksdb,lmdb"
 WARMUP_PROBES, PROBES, BATCH_KEYS, BATCH_RUNS, SCAN_RUNS, COLD_PROBES = 200, 2000, 10_000, 3, 3, 20
+COLD_SETTLE_S = 0.5  # after a cold round's reopen: reads the opens started are done before its probes
 PROBE_PASSES = 5  # passes of the warm probes, the stores taking turns (module docstring, step 3)
 # Workload.random_keys streams: independent draws, the same for every store
 WARMUP_STREAM, PROBE_STREAM, BATCH_STREAM, COLD_STREAM = 0x25A, 0x25B, 0x25C, 0x25D
@@ -258,47 +263,69 @@ def read(job: Job) -> dict:
     return out
 
 
-def cold_probes(job: Job) -> dict:
-    """Opens the built store and times ``job.cold`` probes of fresh keys, each after closing it,
-    dropping the page cache and reopening it (step 4)."""
+def cold_probes(jobs: list[Job]) -> dict[str, dict]:
+    """Times ``cold`` probes of fresh keys of every store of ``jobs``, in rounds (step 4): each
+    round closes every store, drops the page cache once, reopens them all (untimed), waits
+    COLD_SETTLE_S, then probes each store once, the stores taking turns to go first. Each
+    store's cold figures, by label."""
     from .measure import cold_cache_problem
-    from .run_config import go_cold
+    from .run_config import go_cold_together
 
-    w, keys = job.workload(), Keys(job)
-    at = w.time_of(w.updates)
-    problem = cold_cache_problem() if job.cold > 0 else "--cold 0"
-    cold, cold_rows, cold_seq = [], 0, 0
-    if problem is None:
-        store = _store(job)
-        store.open()
-        try:
-            for k in keys.single(w.random_keys(job.cold, COLD_STREAM)):
-                go_cold(store, job.path)  # close, check no file is held, drop the page cache, reopen
+    n = jobs[0].cold if jobs else 0
+    problem = cold_cache_problem() if n > 0 else "--cold 0"
+    out = {j.label: {"cold_probes": 0, "cold_p50_s": None, "cold_probe_s": [], "cold_rows": 0, "cold_seq_sum": 0,
+                     "cold_note": problem} for j in jobs}
+    if problem is not None:
+        _log(f"no cold probes: {problem}")
+        return out
+    w = jobs[0].workload()
+    at, keys = w.time_of(w.updates), w.random_keys(n, COLD_STREAM)
+    stores = [(job, _store(job), Keys(job).single(keys)) for job in jobs]
+    opened = []
+    try:
+        for _, store, _ in stores:
+            store.open()
+            opened.append(store)
+        for i in range(n):
+            go_cold_together([(store, job.path) for job, store, _ in stores])  # each checked to hold no file
+            time.sleep(COLD_SETTLE_S)
+            for job, store, args in stores[i % len(stores):] + stores[:i % len(stores)]:
                 t0 = time.perf_counter()
-                res = store.probe(k, at)
-                cold.append(time.perf_counter() - t0)
-                cold_rows, cold_seq = cold_rows + res.rows, cold_seq + res.seq_sum
-        finally:
+                res = store.probe(args[i], at)
+                r = out[job.label]
+                r["cold_probe_s"].append(time.perf_counter() - t0)
+                r["cold_rows"], r["cold_seq_sum"] = r["cold_rows"] + res.rows, r["cold_seq_sum"] + res.seq_sum
+    finally:
+        for store in opened:
             store.close()
-        _log(f"{job.label}: {len(cold)} cold probes: p50 {_pct(cold, 50) * 1e6:.0f} us")
-    else:
-        _log(f"{job.label}: no cold probes: {problem}")
-    return {"cold_probes": len(cold), "cold_p50_s": _pct(cold, 50) if cold else None, "cold_probe_s": cold,
-            "cold_rows": cold_rows, "cold_seq_sum": cold_seq, "cold_note": problem}
+    for label, r in out.items():
+        r["cold_probes"], r["cold_p50_s"] = len(r["cold_probe_s"]), _pct(r["cold_probe_s"], 50)
+        _log(f"{label}: {r['cold_probes']} cold probes: p50 {r['cold_p50_s'] * 1e6:.0f} us")
+    return out
 
 
 def _child(job: Job, mode: str, root: Path) -> dict | str:
     """Runs step ``mode`` of ``job`` in a process of its own: its result, or what went wrong."""
     job.result = str(root / f"{job.label}.{mode}.json")
-    job_file = root / f"{job.label}.{mode}.job.json"
-    job_file.write_text(json.dumps(asdict(job)))
+    return _run_child(job.label, mode, root, asdict(job), job.result)
+
+
+def _cold_child(jobs: list[Job], root: Path) -> dict | str:
+    """Runs step 4 (``cold_probes``) of every store of ``jobs`` in one process of its own."""
+    result = str(root / "cold.json")
+    return _run_child("stores", "cold", root, {"jobs": [asdict(j) for j in jobs], "result": result}, result)
+
+
+def _run_child(name: str, mode: str, root: Path, given: dict, result: str) -> dict | str:
+    job_file = root / f"{name}.{mode}.job.json"
+    job_file.write_text(json.dumps(given))
     proc = subprocess.run([sys.executable, "-m", "ebb.tools.library_bench", "--child", mode, str(job_file)])
     job_file.unlink(missing_ok=True)
     if proc.returncode != 0:
-        _log(f"{job.label}: {mode} failed (exit {proc.returncode}); going on with the next store")
+        _log(f"{name}: {mode} failed (exit {proc.returncode}); going on")
         return f"{mode} exited with {proc.returncode}"
-    out = json.loads(Path(job.result).read_text())
-    Path(job.result).unlink()
+    out = json.loads(Path(result).read_text())
+    Path(result).unlink()
     return out
 
 
@@ -316,9 +343,13 @@ def pooled(passes: list[dict]) -> dict:
 
 
 def child(mode: str, job_file: str) -> int:
-    job = Job(**json.loads(Path(job_file).read_text()))
-    result = {"build": build, "read": read, "probe": probe_pass, "cold": cold_probes}[mode](job)
-    Path(job.result).write_text(json.dumps(result, indent=1))
+    given = json.loads(Path(job_file).read_text())
+    if mode == "cold":  # every store at once (``cold_probes``)
+        result, path = cold_probes([Job(**j) for j in given["jobs"]]), given["result"]
+    else:
+        job = Job(**given)
+        result, path = {"build": build, "read": read, "probe": probe_pass}[mode](job), job.result
+    Path(path).write_text(json.dumps(result, indent=1))
     return 0
 
 
@@ -444,9 +475,9 @@ def markdown(report: dict) -> str:
         f"of the {w['updates']} updates. Probes, in a new process that opened the store fresh: {report['probes']:,} "
         f"probes of random keys after {report['warmup']} warm-up probes (µs), in each of {report['passes']} passes, "
         "the stores taking turns (each pass a new process, in the order of the last rotated by one); p50, p99 and "
-        "mean over every pass's probes, and the lowest and highest of the passes' p50s; cold: one probe of a fresh key after "
-        "closing the store, dropping the page cache and reopening it, p50 of "
-        f"{report['cold']} such probes; batch: {report['batch']:,} unique keys in one `probe_many` call (fastest of "
+        "mean over every pass's probes, and the lowest and highest of the passes' p50s; cold: one probe of a fresh key in "
+        f"each of {report['cold']} rounds, each round closing every store, dropping the page cache, reopening them "
+        "all and waiting half a second, the stores taking turns to probe first; p50; batch: {report['batch']:,} unique keys in one `probe_many` call (fastest of "
         f"{BATCH_RUNS}), per key, and its speedup over the same store's mean single probe; scan: all live records "
         f"(fastest of {SCAN_RUNS}). `-str`: the same records keyed by strings `sensor-0000000`...",
         "",
@@ -553,10 +584,12 @@ def run(args: argparse.Namespace) -> int:
             if "error" not in r:
                 r.update(pooled(done))
                 r["batch_speedup"] = _ratio(r["probe_mean_s"], r["batch_per_key_s"])
-        for label, r in results.items():  # last: each drops the page cache that every warm read relied on
-            if "error" not in r:
-                got = _child(jobs[label], "cold", root)
-                r.update({"error": got} if isinstance(got, str) else got)
+        live = [label for label, r in results.items() if "error" not in r]
+        if live:  # last: they drop the page cache that every warm read relied on
+            _log(f"cold probes: {args.cold} rounds of {len(live)} stores")
+            got = _cold_child([jobs[label] for label in live], root)
+            for label in live:
+                results[label].update({"error": f"cold probes: {got}"} if isinstance(got, str) else got[label])
     finally:
         if not args.keep:
             for label, _, _ in todo:

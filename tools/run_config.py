@@ -179,17 +179,26 @@ def probe_latency(store: Store, w: Workload, at: int, n: int = LATENCY_PROBES) -
 def go_cold(store: Store, store_dir: str) -> None:
     """Closes the store, checks that it holds nothing under ``store_dir`` open or mapped, drops
     the page cache and reopens it (untimed)."""
-    store.close()
-    # pyarrow's dataset scanner closes its files on I/O threads after the last batch is
-    # returned, so give handles a moment to go before calling them held.
-    deadline = time.monotonic() + HANDLE_GRACE_S
-    while (held := open_handles(store_dir)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if held:
-        raise RuntimeError(f"{store.name}: still open after close(), so a cold measurement would be partly warm: "
-                           + ", ".join(held[:5]))
+    go_cold_together([(store, store_dir)])
+
+
+def go_cold_together(stores: list[tuple[Store, str]]) -> None:
+    """``go_cold`` of every (store, its directory) at once: all closed and checked, the page
+    cache dropped once, then all reopened (untimed)."""
+    for store, _ in stores:
+        store.close()
+    for store, store_dir in stores:
+        # pyarrow's dataset scanner closes its files on I/O threads after the last batch is
+        # returned, so give handles a moment to go before calling them held.
+        deadline = time.monotonic() + HANDLE_GRACE_S
+        while (held := open_handles(store_dir)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if held:
+            raise RuntimeError(f"{store.name}: still open after close(), so a cold measurement would be partly warm: "
+                               + ", ".join(held[:5]))
     drop_caches()
-    store.open()
+    for store, _ in stores:
+        store.open()
 
 
 def _load(store: Store, rec: Recorder, job: Job, w: Workload, op: str, j: int, cold: bool) -> None:
