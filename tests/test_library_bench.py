@@ -40,7 +40,7 @@ def test_library_bench_tiny(tmp_path):
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Rebuild2x2: build" in proc.stderr and "sqlite: read" in proc.stderr  # progress on stderr
-    assert "pass 2/2: sqlite" in proc.stderr
+    assert "pass 2/2 of the warm probes: 3 stores" in proc.stderr
     r = json.loads((out / "library.json").read_text())
     assert r["answers_correct"] and not r["wrong_answers"] and not r["failed"]
     assert r["commit"] and r["machine"]["cpu"] and r["workload"]["name"] == "library" and r["workload"]["updates"] == 8

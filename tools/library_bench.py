@@ -11,32 +11,33 @@ Stores (``--stores``, any names tools/configs.parse accepts; default Rebuild2x2,
 sqlite, rocksdb, lmdb), plus with ``--string-keys`` (the default) a string-key variant of each
 ebb layout (``LAYOUT-str``): the same records with the key ``sensor-0000000``..``sensor-0999999``
 (converted with Arrow's kernels before the timed load), probed with the same key numbers as
-strings. Each store runs in processes of its own:
+strings. The steps run in processes of their own:
 
 1. build: creates the store, bulk-loads it, then runs the 8 updates, each timed by
    ``perf_counter`` around ``Store.load`` alone (the batch is generated before): the median.
 2. read, in a new process that opens the store fresh (ebb: an ``ArchiveReader`` of its own
-   opened from the path, which never saw the writer): 200 warm-up probes; 2,000 probes of random
-   keys, each timed alone, every answer consumed (rows counted, ``seq`` summed); one batch of
-   10,000 unique random keys through ``Store.probe_many`` (the fastest of 3 runs of it) -> total
-   and per key, then the same keys one ``probe`` at a time (the check that
-   the batch answers alike, and its time); a full scan (the fastest of 3).
-3. ``--passes`` - 1 more passes of step 2's warm probes once every store is built and read, each
-   in a new process that opens the store fresh, the stores taking turns (each pass in the order
-   of the last, rotated by one). The machine's speed drifts over a run (on the bench machine, a
-   store's p50 moved by up to 2x from one run to the next with its code unchanged), and a store
-   measured only while it was slow would carry that into every ratio; spread over the run, each
-   store's probes meet the drift alike. Probe p50, p99 and mean are over every pass's probes,
-   and each pass's p50 is kept to show the spread.
+   opened from the path, which never saw the writer): 200 warm-up probes; one batch of 10,000
+   unique random keys through ``Store.probe_many`` (the fastest of 3 runs of it) -> total and
+   per key, then the same keys one ``probe`` at a time (the check that the batch answers alike,
+   and its time); a full scan (the fastest of 3).
+3. ``--passes`` passes of the warm probes once every store is built and read, each pass one new
+   process that opens every store fresh: each store's 200 warm-up probes, then 2,000 probes of
+   random keys a store, each timed alone, every answer consumed (rows counted, ``seq`` summed),
+   in stretches of PROBE_STRETCH probes, the stores taking turns stretch by stretch (each
+   stretch starting one store further on). The machine's speed drifts (on the bench machine a
+   store's p50 moved by up to 2x between runs with its code unchanged, and by as much between
+   passes a store at a time, seconds apart), and a store measured while it was slow carried
+   that into every ratio; stretches of a few milliseconds meet the drift alike. Probe p50, p99
+   and mean are over every pass's probes, and each pass's p50 is kept to show the spread.
 4. last (they drop the page cache every warm read above relied on), in one process, ``--cold``
    rounds (default 20) of every store: close them all, check nothing under any is still open or
    mapped, drop the page cache once (root only; skipped with a note otherwise), reopen them all
    (untimed, as a serving process opens once: ebb reads its runs' block directories there,
-   RocksDB its index and filter blocks), wait half a second for reads the opens started, then
-   time one probe of a fresh random key in each store, the stores taking turns to go first ->
-   each store's p50. Measured store after store, a slow stretch of the disk landed on one store
-   (RocksDB's cold p50 ranged from 0.38 to 0.98 ms between such runs on the bench machine);
-   in rounds, every store meets it alike.
+   RocksDB its index and filter blocks), then time one probe of a fresh random key in each
+   store, each 0.3 s after the last reopen or probe (reads they started in the background are
+   done by then), the stores taking turns to go first -> each store's p50. Measured store after
+   store, a slow stretch of the disk landed on one store (RocksDB's cold p50 ranged from 0.38
+   to 0.98 ms between such runs on the bench machine); in rounds, every store meets it alike.
 
 Keys are drawn by ``Workload.random_keys`` with fixed streams, so every store probes the same keys;
 every answer is checked against a brute-force oracle computed from the generated records, and
@@ -67,8 +68,11 @@ from pathlib import Path
 WORKLOAD = "library"
 DEFAULT_STORES = "Rebuild2x2,NoRebuild4x4,sqlite,rocksdb,lmdb"
 WARMUP_PROBES, PROBES, BATCH_KEYS, BATCH_RUNS, SCAN_RUNS, COLD_PROBES = 200, 2000, 10_000, 3, 3, 20
-COLD_SETTLE_S = 0.5  # after a cold round's reopen: reads the opens started are done before its probes
+# before each cold probe: the reads that the reopens, and the store probed before, started in the
+# background (read-ahead) are done; LMDB's cold probe left 36 ms of them to the store after it
+COLD_SETTLE_S = 0.3
 PROBE_PASSES = 5  # passes of the warm probes, the stores taking turns (module docstring, step 3)
+PROBE_STRETCH = 100  # a store's probes in a row before the next store's turn, within a pass
 # Workload.random_keys streams: independent draws, the same for every store
 WARMUP_STREAM, PROBE_STREAM, BATCH_STREAM, COLD_STREAM = 0x25A, 0x25B, 0x25C, 0x25D
 STRING_SUFFIX = "-str"
@@ -189,31 +193,45 @@ def _pct(times, q: float) -> float:
     return float(np.percentile(times, q)) if len(times) else float("nan")
 
 
-def warm_probes(store, job: Job) -> dict:
-    """The warm-up probes, then the timed ones of one pass: their times (``probe_s``) and answers."""
-    import gc
-
-    from .run_config import time_probes
-
+def warm_up(store, job: Job) -> None:
+    """The untimed warm-up probes of ``store``."""
     w, keys = job.workload(), Keys(job)
     at = w.time_of(w.updates)
     for k in keys.single(w.random_keys(job.warmup, WARMUP_STREAM)):
         store.probe(k, at)
-    gc.collect()  # not the build's or the warm-up's garbage in the timed probes
-    times, rows, seq = time_probes(store, keys.single(w.random_keys(job.probes, PROBE_STREAM)), at)
-    _log(f"{job.label}: {len(times)} probes: p50 {_pct(times, 50) * 1e6:.1f} us, "
-         f"p99 {_pct(times, 99) * 1e6:.1f} us, mean {times.mean() * 1e6:.1f} us")
-    return {"probes": len(times), "probe_s": times.tolist(), "probe_rows": rows, "probe_seq_sum": seq}
 
 
-def probe_pass(job: Job) -> dict:
-    """Opens the built store fresh and times one more pass of its warm probes (step 3)."""
-    store = _store(job)
-    store.open()
+def probe_pass(jobs: list[Job]) -> dict[str, dict]:
+    """One pass of the warm probes of every store of ``jobs`` (step 3), in this process, which
+    opens them all fresh: each store's times (``probe_s``) and answers, by label."""
+    import gc
+
+    from .run_config import time_probes
+
+    w = jobs[0].workload()
+    at, keys = w.time_of(w.updates), w.random_keys(jobs[0].probes, PROBE_STREAM)
+    out = {job.label: {"probe_s": [], "rows": 0, "seq_sum": 0} for job in jobs}
+    stores = []
     try:
-        return warm_probes(store, job)
+        for job in jobs:
+            store = _store(job)
+            store.open()
+            stores.append((job, store, Keys(job).single(keys)))
+            warm_up(store, job)
+        gc.collect()  # not the opens' or the warm-ups' garbage in the timed probes
+        for n, a in enumerate(range(0, len(keys), PROBE_STRETCH)):
+            for job, store, args in stores[n % len(stores):] + stores[:n % len(stores)]:
+                times, rows, seq = time_probes(store, args[a:a + PROBE_STRETCH], at)
+                r = out[job.label]
+                r["probe_s"] += times.tolist()
+                r["rows"], r["seq_sum"] = r["rows"] + rows, r["seq_sum"] + seq
     finally:
-        store.close()
+        for _, store, _ in stores:
+            store.close()
+    for label, r in out.items():
+        _log(f"{label}: {len(r['probe_s'])} probes: p50 {_pct(r['probe_s'], 50) * 1e6:.1f} us, "
+             f"p99 {_pct(r['probe_s'], 99) * 1e6:.1f} us")
+    return out
 
 
 def read(job: Job) -> dict:
@@ -228,7 +246,7 @@ def read(job: Job) -> dict:
     store.open()
     out: dict = {"open_s": time.perf_counter() - t0}
     try:
-        out.update(warm_probes(store, job))
+        warm_up(store, job)
 
         bkeys = w.random_keys(job.batch, BATCH_STREAM, unique=True)
         arg = keys.batch(bkeys)
@@ -265,9 +283,9 @@ def read(job: Job) -> dict:
 
 def cold_probes(jobs: list[Job]) -> dict[str, dict]:
     """Times ``cold`` probes of fresh keys of every store of ``jobs``, in rounds (step 4): each
-    round closes every store, drops the page cache once, reopens them all (untimed), waits
-    COLD_SETTLE_S, then probes each store once, the stores taking turns to go first. Each
-    store's cold figures, by label."""
+    round closes every store, drops the page cache once, reopens them all (untimed), then
+    probes each store once, COLD_SETTLE_S after the last reopen or probe, the stores taking
+    turns to go first. Each store's cold figures, by label."""
     from .measure import cold_cache_problem
     from .run_config import go_cold_together
 
@@ -288,8 +306,8 @@ def cold_probes(jobs: list[Job]) -> dict[str, dict]:
             opened.append(store)
         for i in range(n):
             go_cold_together([(store, job.path) for job, store, _ in stores])  # each checked to hold no file
-            time.sleep(COLD_SETTLE_S)
             for job, store, args in stores[i % len(stores):] + stores[:i % len(stores)]:
+                time.sleep(COLD_SETTLE_S)
                 t0 = time.perf_counter()
                 res = store.probe(args[i], at)
                 r = out[job.label]
@@ -310,10 +328,11 @@ def _child(job: Job, mode: str, root: Path) -> dict | str:
     return _run_child(job.label, mode, root, asdict(job), job.result)
 
 
-def _cold_child(jobs: list[Job], root: Path) -> dict | str:
-    """Runs step 4 (``cold_probes``) of every store of ``jobs`` in one process of its own."""
-    result = str(root / "cold.json")
-    return _run_child("stores", "cold", root, {"jobs": [asdict(j) for j in jobs], "result": result}, result)
+def _stores_child(jobs: list[Job], mode: str, root: Path) -> dict | str:
+    """Runs step ``mode`` ("probe": ``probe_pass``, "cold": ``cold_probes``) of every store of
+    ``jobs`` in one process of its own: each store's result by label, or what went wrong."""
+    result = str(root / f"stores.{mode}.json")
+    return _run_child("stores", mode, root, {"jobs": [asdict(j) for j in jobs], "result": result}, result)
 
 
 def _run_child(name: str, mode: str, root: Path, given: dict, result: str) -> dict | str:
@@ -344,11 +363,11 @@ def pooled(passes: list[dict]) -> dict:
 
 def child(mode: str, job_file: str) -> int:
     given = json.loads(Path(job_file).read_text())
-    if mode == "cold":  # every store at once (``cold_probes``)
-        result, path = cold_probes([Job(**j) for j in given["jobs"]]), given["result"]
+    if mode in ("probe", "cold"):  # every store at once
+        result, path = {"probe": probe_pass, "cold": cold_probes}[mode]([Job(**j) for j in given["jobs"]]), given["result"]
     else:
         job = Job(**given)
-        result, path = {"build": build, "read": read, "probe": probe_pass}[mode](job), job.result
+        result, path = {"build": build, "read": read}[mode](job), job.result
     Path(path).write_text(json.dumps(result, indent=1))
     return 0
 
@@ -472,14 +491,16 @@ def markdown(report: dict) -> str:
         f"{m.get('python')}, SQLite {m.get('sqlite')}; load average at start {m.get('load_average_at_start')}.",
         "",
         "Every figure is of plain calls of the store's API, each timed by `time.perf_counter()` alone. Update: median "
-        f"of the {w['updates']} updates. Probes, in a new process that opened the store fresh: {report['probes']:,} "
-        f"probes of random keys after {report['warmup']} warm-up probes (µs), in each of {report['passes']} passes, "
-        "the stores taking turns (each pass a new process, in the order of the last rotated by one); p50, p99 and "
-        "mean over every pass's probes, and the lowest and highest of the passes' p50s; cold: one probe of a fresh key in "
-        f"each of {report['cold']} rounds, each round closing every store, dropping the page cache, reopening them "
-        "all and waiting half a second, the stores taking turns to probe first; p50; batch: {report['batch']:,} unique keys in one `probe_many` call (fastest of "
-        f"{BATCH_RUNS}), per key, and its speedup over the same store's mean single probe; scan: all live records "
-        f"(fastest of {SCAN_RUNS}). `-str`: the same records keyed by strings `sensor-0000000`...",
+        f"of the {w['updates']} updates. Probes: {report['probes']:,} probes of random keys a store (µs) in each of "
+        f"{report['passes']} passes, each pass a new process that opens every store fresh and gives each "
+        f"{report['warmup']} warm-up probes, then probes them in stretches of {PROBE_STRETCH}, the stores taking turns; "
+        "p50, p99 and mean over every pass's probes, and the lowest and highest of the passes' p50s; cold: one probe "
+        f"of a fresh key in each of {report['cold']} rounds, each round closing every store, dropping the page cache "
+        f"and reopening them all, each probe {COLD_SETTLE_S} s after the last reopen or probe, the stores taking turns "
+        "to probe first; p50; batch: "
+        f"{report['batch']:,} unique keys in one `probe_many` call (fastest of {BATCH_RUNS}), per key, and its speedup "
+        f"over the same store's mean single probe; scan: all live records (fastest of {SCAN_RUNS}). `-str`: the same "
+        "records keyed by strings `sensor-0000000`...",
         "",
         "| store | keys | update median s | probe p50 µs | passes' p50 µs | probe p99 µs | probe mean µs | "
         "cold p50 µs | batch µs/key | batch speedup | scan s | disk MB |",
@@ -563,31 +584,28 @@ def run(args: argparse.Namespace) -> int:
                     r["error"] = got
                     break
                 r.update(got)
-            if "error" not in r:
-                passes[label] = [{"probe_s": r.pop("probe_s"), "rows": r["probe_rows"], "seq_sum": r["probe_seq_sum"]}]
             results[label] = r
             _log(f"[{i}/{len(todo)}] {label}: done in {time.time() - t0:.0f} s")
-        order = list(passes)
-        for n in range(2, args.passes + 1):
-            order = order[1:] + order[:1]  # the stores take turns, each pass starting one further on
-            for label in order:
-                if "error" in results[label]:
-                    continue
-                _log(f"pass {n}/{args.passes}: {label}")
-                got = _child(jobs[label], "probe", root)
+        for n in range(1, args.passes + 1):
+            live = [label for label, r in results.items() if "error" not in r]
+            if not live:
+                break
+            _log(f"pass {n}/{args.passes} of the warm probes: {len(live)} stores")
+            got = _stores_child([jobs[label] for label in live], "probe", root)
+            for label in live:
                 if isinstance(got, str):
                     results[label]["error"] = f"pass {n}: {got}"
-                    continue
-                passes[label].append({"probe_s": got["probe_s"], "rows": got["probe_rows"], "seq_sum": got["probe_seq_sum"]})
+                else:
+                    passes.setdefault(label, []).append(got[label])
         for label, done in passes.items():
             r = results[label]
             if "error" not in r:
-                r.update(pooled(done))
+                r.update(pooled(done), probes=args.probes, probe_rows=done[0]["rows"], probe_seq_sum=done[0]["seq_sum"])
                 r["batch_speedup"] = _ratio(r["probe_mean_s"], r["batch_per_key_s"])
         live = [label for label, r in results.items() if "error" not in r]
         if live:  # last: they drop the page cache that every warm read relied on
             _log(f"cold probes: {args.cold} rounds of {len(live)} stores")
-            got = _cold_child([jobs[label] for label in live], root)
+            got = _stores_child([jobs[label] for label in live], "cold", root)
             for label in live:
                 results[label].update({"error": f"cold probes: {got}"} if isinstance(got, str) else got[label])
     finally:
