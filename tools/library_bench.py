@@ -24,7 +24,8 @@ strings. The steps run in processes of their own:
    process that opens every store fresh: each store's 200 warm-up probes, then 2,000 probes of
    random keys a store, each timed alone, every answer consumed (rows counted, ``seq`` summed),
    in stretches of PROBE_STRETCH probes, the stores taking turns stretch by stretch (each
-   stretch starting one store further on). The machine's speed drifts (on the bench machine a
+   stretch starting one store further on, and each store's stretch with STRETCH_WARMUP
+   untimed probes). The machine's speed drifts (on the bench machine a
    store's p50 moved by up to 2x between runs with its code unchanged, and by as much between
    passes a store at a time, seconds apart), and a store measured while it was slow carried
    that into every ratio; stretches of a few milliseconds meet the drift alike. Probe p50, p99
@@ -72,7 +73,11 @@ WARMUP_PROBES, PROBES, BATCH_KEYS, BATCH_RUNS, SCAN_RUNS, COLD_PROBES = 200, 200
 # background (read-ahead) are done; LMDB's cold probe left 36 ms of them to the store after it
 COLD_SETTLE_S = 0.3
 PROBE_PASSES = 5  # passes of the warm probes, the stores taking turns (module docstring, step 3)
-PROBE_STRETCH = 100  # a store's probes in a row before the next store's turn, within a pass
+PROBE_STRETCH = 200  # a store's timed probes in a row before the next store's turn, within a pass
+# untimed probes that start each stretch: the first probe after another store's turn found the
+# CPU's caches full of that store's code and data, and with a stretch every 100 probes those
+# first probes made most of a store's p99 (ebb Rebuild2x2 245 us against 107 without them)
+STRETCH_WARMUP = 5
 # Workload.random_keys streams: independent draws, the same for every store
 WARMUP_STREAM, PROBE_STREAM, BATCH_STREAM, COLD_STREAM = 0x25A, 0x25B, 0x25C, 0x25D
 STRING_SUFFIX = "-str"
@@ -210,23 +215,26 @@ def probe_pass(jobs: list[Job]) -> dict[str, dict]:
 
     w = jobs[0].workload()
     at, keys = w.time_of(w.updates), w.random_keys(jobs[0].probes, PROBE_STREAM)
+    rewarm = w.random_keys(STRETCH_WARMUP, WARMUP_STREAM)
     out = {job.label: {"probe_s": [], "rows": 0, "seq_sum": 0} for job in jobs}
     stores = []
     try:
         for job in jobs:
             store = _store(job)
             store.open()
-            stores.append((job, store, Keys(job).single(keys)))
+            stores.append((job, store, Keys(job).single(keys), Keys(job).single(rewarm)))
             warm_up(store, job)
         gc.collect()  # not the opens' or the warm-ups' garbage in the timed probes
         for n, a in enumerate(range(0, len(keys), PROBE_STRETCH)):
-            for job, store, args in stores[n % len(stores):] + stores[:n % len(stores)]:
+            for job, store, args, again in stores[n % len(stores):] + stores[:n % len(stores)]:
+                for k in again:
+                    store.probe(k, at)
                 times, rows, seq = time_probes(store, args[a:a + PROBE_STRETCH], at)
                 r = out[job.label]
                 r["probe_s"] += times.tolist()
                 r["rows"], r["seq_sum"] = r["rows"] + rows, r["seq_sum"] + seq
     finally:
-        for _, store, _ in stores:
+        for _, store, _, _ in stores:
             store.close()
     for label, r in out.items():
         _log(f"{label}: {len(r['probe_s'])} probes: p50 {_pct(r['probe_s'], 50) * 1e6:.1f} us, "
@@ -493,7 +501,8 @@ def markdown(report: dict) -> str:
         "Every figure is of plain calls of the store's API, each timed by `time.perf_counter()` alone. Update: median "
         f"of the {w['updates']} updates. Probes: {report['probes']:,} probes of random keys a store (µs) in each of "
         f"{report['passes']} passes, each pass a new process that opens every store fresh and gives each "
-        f"{report['warmup']} warm-up probes, then probes them in stretches of {PROBE_STRETCH}, the stores taking turns; "
+        f"{report['warmup']} warm-up probes, then probes them in stretches of {PROBE_STRETCH}, the stores taking turns (each "
+        f"stretch after {STRETCH_WARMUP} untimed probes); "
         "p50, p99 and mean over every pass's probes, and the lowest and highest of the passes' p50s; cold: one probe "
         f"of a fresh key in each of {report['cold']} rounds, each round closing every store, dropping the page cache "
         f"and reopening them all, each probe {COLD_SETTLE_S} s after the last reopen or probe, the stores taking turns "
