@@ -36,7 +36,9 @@ strings. The steps run in processes of their own:
    (untimed, as a serving process opens once: ebb reads its runs' block directories there,
    RocksDB its index and filter blocks), then time one probe of a fresh random key in each
    store, each 0.3 s after the last reopen or probe (reads they started in the background are
-   done by then), the stores taking turns to go first -> each store's p50. Measured store after
+   done by then, and the process has been idle, as a serving process is between requests: a
+   cold probe pays for the CPU's caches too, docs/io.md), the stores taking turns to go first
+   -> each store's p50. Measured store after
    store, a slow stretch of the disk landed on one store (RocksDB's cold p50 ranged from 0.38
    to 0.98 ms between such runs on the bench machine); in rounds, every store meets it alike.
 
