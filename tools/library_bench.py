@@ -659,10 +659,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", type=float, default=1.0, metavar="F",
                    help="records per update and keys times F, e.g. 0.05 for a quick check (default 1: about 180 MB live)")
     p.add_argument("--cold", type=int, default=COLD_PROBES, metavar="N",
-                   help=f"cold probes per store, each after a page-cache drop (root only; default {COLD_PROBES}; 0 = none)")
+                   help=f"rounds of cold probes, one probe of every store a round after one page-cache drop (root only; "
+                   f"default {COLD_PROBES}; 0 = none)")
     p.add_argument("--probes", type=int, default=PROBES, metavar="N", help=f"timed warm probes per store (default {PROBES})")
     p.add_argument("--passes", type=int, default=PROBE_PASSES, metavar="N",
-                   help=f"passes of the timed probes, each in a fresh reader process, the stores taking turns "
+                   help=f"passes of the timed probes, each a fresh process that opens every store, the stores taking turns "
                    f"(default {PROBE_PASSES})")
     p.add_argument("--warmup", type=int, default=WARMUP_PROBES, metavar="N",
                    help=f"untimed probes before them (default {WARMUP_PROBES})")
