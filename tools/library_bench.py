@@ -76,9 +76,9 @@ WARMUP_PROBES, PROBES, BATCH_KEYS, BATCH_RUNS, SCAN_RUNS, COLD_PROBES = 200, 200
 COLD_SETTLE_S = 0.3
 PROBE_PASSES = 5  # passes of the warm probes, the stores taking turns (module docstring, step 3)
 PROBE_STRETCH = 200  # a store's timed probes in a row before the next store's turn, within a pass
-# untimed probes that start each stretch: the first probe after another store's turn found the
-# CPU's caches full of that store's code and data, and with a stretch every 100 probes those
-# first probes made most of a store's p99 (ebb Rebuild2x2 245 us against 107 without them)
+# untimed probes that start each stretch: the first probe after another store's turn meets the
+# CPU's caches full of that store's code and data, and with a stretch every 100 probes such
+# first probes are the 1% of a store's probes its p99 is made of
 STRETCH_WARMUP = 5
 # Workload.random_keys streams: independent draws, the same for every store
 WARMUP_STREAM, PROBE_STREAM, BATCH_STREAM, COLD_STREAM = 0x25A, 0x25B, 0x25C, 0x25D
