@@ -61,9 +61,9 @@ stated, bulk load then periodic updates, each followed by a probe of a random ke
   library        the library-level comparison (tools/library_bench.py): 1,000,000 int64 keys,
                  ~900k live 200-byte records, Rebuild2x2, NoRebuild4x4 (also keyed by strings),
                  SQLite, RocksDB, LMDB, each in its own build and read processes; warm probe
-                 p50/p99 over 2,000 plain-timed probes, cold probes, a 10,000-key probe_many, a
-                 scan, the median update; writes library.md and library.json to --out (about
-                 10 minutes)
+                 p50/p99 over 5 passes of 2,000 plain-timed probes, the stores taking turns,
+                 cold probes in rounds of every store, a 10,000-key probe_many, a scan, the
+                 median update; writes library.md and library.json to --out (about 10 minutes)
   soak           not a workload but the deployment, for --minutes (default 30; --short: about 3
                  minutes in all): a producer landing files, `ebb run --follow`, `ebb serve` with 8
                  client threads and a Spark analysis a minute, in processes of their own, with a

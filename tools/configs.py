@@ -80,7 +80,8 @@ def _layout(name: str) -> Config:
         return Config(name=name, family="doubly", mode="rebuild" if m.group(1) == "Rebuild" else "norebuild",
                       partitioning=part, G=g, E=e, n=g * e, block_kib=int(m.group(5) or 0))
     raise ValueError(f"unknown configuration {name!r}: expected R-ins<n>, R-exp<n>, D-ins<n>, D-exp<n>, "
-                     f"Rebuild<G>x<E>, NoRebuild<G>x<E> (optionally -chr or -rand), any of them with -b<K>k (blocks of K KiB), or one of {', '.join(PEERS)}")
+                     "Rebuild<G>x<E>, NoRebuild<G>x<E> (optionally -chr or -rand), any of them with -b<K>k "
+                     f"(blocks of K KiB), or one of {', '.join(PEERS)}")
 
 
 def wave_layouts(ns: tuple[int, ...] = WAVE_NS) -> list[str]:

@@ -745,7 +745,7 @@ PROTOCOL = """## Protocol
   lie; so neither's cold probe pays for that metadata. ebb's probe result, an Arrow table, has its `seq`
   summed as Python ints, as SQLite's rows are (pyarrow's and numpy's reductions cost tens of
   microseconds a call right after an update). `python -m ebb.tools.library_bench` compares the stores
-  at the library level alone (build, then probes, batches of probes and scans from a fresh process).
+  at the library level alone (build, then probes, batches of probes and scans from fresh processes, the stores taking turns).
 - **Amplification**: write amplification = bytes written to disk during updates / bytes of new records;
   read amplification = bytes read from disk by a cold scan or probe / bytes of records it returned; space
   amplification = size on disk after the last update / bytes of live records. A cold probe's allowance
