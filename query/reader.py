@@ -2,7 +2,9 @@
 
 A thin layer over storage's read planning: every read opens (or is given) one snapshot, asks
 it for a plan (``Snapshot.plan``) and executes the plan's tasks (``Snapshot.read``), exactly as
-the Flight server and the Spark source do. Probe and range results are ordered by
+the Flight server and the Spark source do. Point probes are answered by the newest version's
+snapshot kept prepared while no version commits (``storage.latest_snapshot``), or with
+``follow`` by the follower's (``storage.follower``). Probe and range results are ordered by
 (key, exp, ts); scans stream sub-index by sub-index in file order, and ranges stream in that
 order too (``Snapshot.read_range``), both in memory bounded independently of the result.
 Results are Arrow: probes return tables and a scan a ``pyarrow.RecordBatchReader``, which
@@ -18,8 +20,9 @@ from typing import Iterator
 import pyarrow as pa
 
 from ..storage.archive import Archive, open_readonly
-from ..storage.errors import CorruptionError
+from ..storage.errors import CorruptionError, DataIOError, VersionReclaimed
 from ..storage.follower import VersionFollower
+from ..storage.latest_snapshot import LatestSnapshot
 from ..storage.read_plan import KeyRange, ReadTask, Scan
 from ..storage.snapshot import Snapshot, ordered
 
@@ -75,6 +78,7 @@ class ArchiveReader:
             self.archive = open_readonly(path_or_archive) if readonly else Archive(path_or_archive)
         self.io = ReadStats()
         self._follower = VersionFollower(self.archive) if follow else None
+        self._latest = None if follow else LatestSnapshot(self.archive)
 
     def served_snapshot(self, as_of: int | None = None) -> Snapshot | None:
         """With ``follow``: the prepared snapshot of the newest version followed, if point probes
@@ -84,18 +88,24 @@ class ArchiveReader:
     def prepare_probes(self) -> None:
         """Reads now what the first point probe of the current version would: the block
         directory of every run (within the metadata cache's budget), and where each run file's
-        blocks lie on disk. For a process that serves probes, called once after opening (the
-        bench's stores do; the Flight server follows versions instead), as RocksDB's open reads each table's index and filter blocks; later
-        versions are prepared by the update that commits them, or by their first probe."""
+        blocks lie on disk; the snapshot prepared then answers the probes that follow while no
+        version commits (``storage.latest_snapshot``). For a process that serves probes, called
+        once after opening (the bench's stores do; the Flight server follows versions instead),
+        as RocksDB's open reads each table's index and filter blocks; later versions are
+        prepared by the update that commits them, or by their first probe."""
         with self.archive.snapshot() as snap:
             try:
                 snap.prepare_point_probes(read_metadata=True)
             except (CorruptionError, OSError):
-                pass  # left for a read to report, in its own terms
+                return  # left for a read to report, in its own terms
+            if self._latest is not None:
+                self._latest.keep(snap)  # the probes that follow, while no version commits
 
     def close(self) -> None:
         if self._follower is not None:
             self._follower.close()
+        if self._latest is not None:
+            self._latest.clear()
         if self._own:
             self.archive.close()
 
@@ -114,18 +124,17 @@ class ArchiveReader:
               snapshot: Snapshot | None = None) -> pa.Table:
         """Records with this key valid at ``as_of`` (default: the last update's time), ordered by
         (exp, ts) (``Snapshot.probe``)."""
-        # the served snapshot answers natively, without its LMDB transaction
-        served = self.served_snapshot(as_of) if snapshot is None and subindices is None else None
-        if served is not None and not served.probes_natively(key):
-            served = None
-        snap = snapshot or served or self.archive.snapshot()
-        try:
-            table, searched = snap.probe(key, as_of, subindices)
-        finally:
-            if snap is not snapshot and snap is not served:
-                snap.close()
-        self.io.add_searched(searched)
-        return table
+        if snapshot is None and subindices is None:
+            # the served snapshot, or the newest one kept, answers natively without a transaction
+            served = self.served_snapshot(as_of)
+            if served is not None and served.probes_natively(key):
+                return self._counted(served.probe(key, as_of))
+            kept = self._latest.for_probe(as_of, key) if self._latest is not None else None
+            if kept is not None:
+                got = self._kept_probe(kept, kept.probe, key, as_of)
+                if got is not None:
+                    return got
+        return self._on_snapshot(snapshot, subindices is None, lambda snap: snap.probe(key, as_of, subindices))
 
     def probe_many(self, keys, as_of: int | None = None, subindices: list[int] | None = None,
                    snapshot: Snapshot | None = None) -> pa.Table:
@@ -133,12 +142,42 @@ class ArchiveReader:
         ordered by (key, exp, ts): ``probe`` of each key, in one call that reads each block
         once for all the keys it holds (``Snapshot.probe_many``). For many keys at once, far
         cheaper per key than probing one at a time."""
-        snap = snapshot if snapshot is not None else self.archive.snapshot()
+        if snapshot is None and subindices is None and self._latest is not None:
+            kept = self._latest.for_probe(as_of)
+            if kept is not None:
+                got = self._kept_probe(kept, kept.probe_many, keys, as_of)
+                if got is not None:
+                    return got
+        return self._on_snapshot(snapshot, subindices is None, lambda snap: snap.probe_many(keys, as_of, subindices))
+
+    def _kept_probe(self, kept: Snapshot, probe, keys, as_of: int | None) -> pa.Table | None:
+        """``probe`` (of ``kept``, the newest version's kept snapshot) of ``keys``; None if it
+        failed reading blocks after a newer version committed, which garbage collection may
+        have reclaimed under it (``storage.latest_snapshot``): ask a fresh snapshot."""
         try:
-            table, searched = snap.probe_many(keys, as_of, subindices)
+            return self._counted(probe(keys, as_of))
+        except (CorruptionError, DataIOError, VersionReclaimed):
+            if not self._latest.outdated(kept):
+                raise
+            return None
+
+    def _on_snapshot(self, snapshot: Snapshot | None, keepable: bool, probe) -> pa.Table:
+        """``probe`` of ``snapshot``, or of a snapshot opened for it and closed after; one whose
+        point probes it prepared is kept for the probes that follow (``keepable``: it probed
+        every sub-index)."""
+        if snapshot is not None:
+            return self._counted(probe(snapshot))
+        snap = self.archive.snapshot()
+        try:
+            got = probe(snap)
+            if keepable and self._latest is not None:
+                self._latest.keep(snap)
         finally:
-            if snapshot is None:
-                snap.close()
+            snap.close()
+        return self._counted(got)
+
+    def _counted(self, got: tuple[pa.Table, list[tuple[int, int, int]]]) -> pa.Table:
+        table, searched = got
         self.io.add_searched(searched)
         return table
 

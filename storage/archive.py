@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import lmdb
 import pyarrow as pa
 
-from . import files, leases, lmdb_env, point_probe, published
+from . import files, leases, lmdb_env, page_walk, point_probe, published
 from .config import ArchiveConfig, check_config
 from .errors import (
     ArchiveBusy, ArchiveError, CorruptionError, FormatVersionError, RejectedBatch, UsageError, VersionReclaimed,
@@ -69,6 +69,7 @@ class Archive:
         self.reclaimed_bytes = 0
         self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
         self.readonly = bool(self.env.flags()["readonly"])
+        self._newest_txnid: Callable[[], int] | None = None  # ``newest_version``, made on first use
         self._init_reads()
 
     def _init_reads(self) -> None:
@@ -142,6 +143,7 @@ class Archive:
             self.reads.close()
             lmdb_env.release(self.env)
             self.env = None
+            self._newest_txnid = None
             files.RELEASER.idle()  # a closed archive maps nothing (a cold measurement checks)
 
     def __enter__(self) -> "Archive":
@@ -222,8 +224,13 @@ class Archive:
         return Snapshot(self)
 
     def newest_version(self) -> int:
-        """Changes whenever a version commits (the newest LMDB transaction id): cheap to poll."""
-        return self.env.info()["last_txnid"]
+        """Changes whenever a version commits (the newest LMDB transaction id): cheap to poll
+        (``page_walk.newest_txnid_reader``); a closed archive has none."""
+        read = self._newest_txnid
+        if read is None:
+            read = self._newest_txnid = page_walk.newest_txnid_reader(os.path.join(self.env.path(), "data.mdb"),
+                                                                      self.env.info)
+        return read()
 
     def state(self) -> ArchiveState:
         with self.env.begin() as txn:
@@ -500,6 +507,9 @@ class _PublishedSnapshot(Snapshot):
     def version_txn(self) -> int:
         # a compacted copy restarts LMDB's transaction ids: the writer's is in the copy's name
         return int(os.path.basename(self._copy_dir)[1:])
+
+    def version_token(self) -> str:
+        return self._copy_dir  # what ``PublishedArchive.newest_version`` names
 
     def hold(self) -> None:
         if self._lease is not None:

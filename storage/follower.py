@@ -79,8 +79,8 @@ class VersionFollower:
 
     def _switch(self) -> None:
         """Prepares the newest version and serves it; retires the one it replaces."""
-        token = self._archive.newest_version()
         snap = self._archive.snapshot()
+        token = snap.version_token()
         try:
             snap.prepare_point_probes(read_metadata=True)
         except (EbbError, OSError):

@@ -159,6 +159,12 @@ class Snapshot:
         collection and leases count versions by)."""
         return self.txn.id()
 
+    def version_token(self) -> object:
+        """What ``Archive.newest_version`` returns while this snapshot's version is the newest
+        (asked while the snapshot is open): taken from the snapshot itself, not read before it
+        opened, where a commit in between would pair an older version with a newer token."""
+        return self.txn.id()
+
     # -- pinning beyond this process ------------------------------------------------------------
     def lease(self, as_of: int | None = None, seconds: float = leases.DEFAULT_SECONDS) -> leases.Lease:
         """Pins the version current at ``as_of`` for reads that outlive this snapshot or run in

@@ -227,3 +227,26 @@ PyObject *check_lmdb_pages(PyObject *self, PyObject *args) {
         return PyUnicode_FromString(msg);
     Py_RETURN_NONE;
 }
+
+PyObject *newest_txnid(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    unsigned long long size;
+    if (!PyArg_ParseTuple(args, "OK", &capsule, &size))
+        return NULL;
+    LmdbMap *m = PyCapsule_GetPointer(capsule, MAP_NAME);
+    if (m == NULL)
+        return NULL;
+    if (size > m->len) {
+        PyErr_SetString(PyExc_ValueError, "the file's size is beyond its map");
+        return NULL;
+    }
+    /* the two meta pages LMDB alternates between; the newer names the last commit (mdb.c's
+     * mdb_env_pick_meta, which mdb_env_info reports) */
+    Meta metas[2];
+    int ok0 = meta_at(m->addr, size, 0, &metas[0]);
+    int ok1 = ok0 && meta_at(m->addr, size, metas[0].psize, &metas[1]);
+    if (!ok1)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(metas[0].txnid > metas[1].txnid ? metas[0].txnid : metas[1].txnid);
+}

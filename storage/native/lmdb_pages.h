@@ -12,4 +12,9 @@ PyObject *check_lmdb_pages(PyObject *self, PyObject *args);
  * the file (more than it holds: room for it to grow), unmapped when the capsule goes. */
 PyObject *map_lmdb_file(PyObject *self, PyObject *args);
 
+/* newest_txnid(map, size) -> int or None: the id of the last committed transaction of an LMDB file,
+ * from its two meta pages in a map_lmdb_file map of a file of ``size`` bytes (as mdb_env_info
+ * reports it); None if they are not both meta pages. */
+PyObject *newest_txnid(PyObject *self, PyObject *args);
+
 #endif

@@ -1849,6 +1849,10 @@ static PyMethodDef methods[] = {
      "map_lmdb_file(fd, length) -> capsule\n\n"
      "A read-only shared map of length bytes of an LMDB file, longer than the file so that it serves\n"
      "check_lmdb_pages while the file grows; unmapped when the capsule is let go. OSError if it cannot be made."},
+    {"newest_txnid", newest_txnid, METH_VARARGS,
+     "newest_txnid(map, size) -> int or None\n\n"
+     "The last committed transaction id of an LMDB file (its newer meta page's, as LMDB's env.info reports\n"
+     "it), read from a map_lmdb_file map of a file of size bytes; None if its meta pages are not both valid."},
     {"map_resident", map_resident, METH_O,
      "map_resident(map) -> int\n\n"
      "Maps into the process the pages of a file map that are in the page cache (mincore, then\n"
