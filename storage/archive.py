@@ -69,7 +69,12 @@ class Archive:
         self.reclaimed_bytes = 0
         self.env = lmdb_env.acquire(os.path.join(self.path, INDEX_DIR), readonly=readonly)
         self.readonly = bool(self.env.flags()["readonly"])
-        self._newest_txnid: Callable[[], int] | None = None  # ``newest_version``, made on first use
+        try:  # made at open, not by the first probe: it may map the file (``page_walk``)
+            self._newest_txnid: Callable[[], int] | None = page_walk.newest_txnid_reader(
+                os.path.join(self.env.path(), "data.mdb"), self.env.info)
+        except BaseException:
+            lmdb_env.release(self.env)
+            raise
         self._init_reads()
 
     def _init_reads(self) -> None:
@@ -225,12 +230,10 @@ class Archive:
 
     def newest_version(self) -> int:
         """Changes whenever a version commits (the newest LMDB transaction id): cheap to poll
-        (``page_walk.newest_txnid_reader``); a closed archive has none."""
-        read = self._newest_txnid
-        if read is None:
-            read = self._newest_txnid = page_walk.newest_txnid_reader(os.path.join(self.env.path(), "data.mdb"),
-                                                                      self.env.info)
-        return read()
+        (``page_walk.newest_txnid_reader``)."""
+        if self._newest_txnid is None:
+            raise ArchiveError(f"{self.path}: the archive is closed")
+        return self._newest_txnid()
 
     def state(self) -> ArchiveState:
         with self.env.begin() as txn:

@@ -110,6 +110,7 @@ def newest_txnid_reader(path: str, env_info: Callable[[], dict]) -> Callable[[],
         got = newest(the_map, size)
         return env_info()["last_txnid"] if got is None else got
 
+    read()  # faults the meta pages into the map now, not in the first probe that asks
     return read
 
 

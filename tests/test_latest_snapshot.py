@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ebb.query.reader import ArchiveReader
 from ebb.storage import point_probe
 from ebb.storage.archive import Archive
-from ebb.storage.errors import CorruptionError, ReadError
+from ebb.storage.errors import ArchiveError, CorruptionError, ReadError
 
 from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
 
@@ -153,6 +153,8 @@ def test_newest_version_is_lmdbs_last_commit(tmp_path):
         assert point_probe._point_probe.newest_txnid(point_probe._point_probe.map_lmdb_file(f.fileno(), 16384), 16384) is None
     reader.close()
     writer.close()
+    with pytest.raises(ArchiveError, match="closed"):
+        reader.newest_version()
 
 
 def test_prepare_probes_keeps_its_snapshot_for_the_first_probe(tmp_path):
