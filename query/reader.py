@@ -20,7 +20,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from ..storage.archive import Archive, open_readonly
-from ..storage.errors import CorruptionError, DataIOError, VersionReclaimed
+from ..storage.errors import CorruptionError
 from ..storage.follower import VersionFollower
 from ..storage.latest_snapshot import LatestSnapshot
 from ..storage.read_plan import KeyRange, ReadTask, Scan
@@ -125,15 +125,15 @@ class ArchiveReader:
         """Records with this key valid at ``as_of`` (default: the last update's time), ordered by
         (exp, ts) (``Snapshot.probe``)."""
         if snapshot is None and subindices is None:
-            # the served snapshot, or the newest one kept, answers natively without a transaction
-            served = self.served_snapshot(as_of)
-            if served is not None and served.probes_natively(key):
-                return self._counted(served.probe(key, as_of))
-            kept = self._latest.for_probe(as_of, key) if self._latest is not None else None
-            if kept is not None:
-                got = self._kept_probe(kept, kept.probe, key, as_of)
+            # the newest version's kept snapshot, or the served one, answers natively without a transaction
+            if self._latest is not None:
+                got = self._latest.probe(key, as_of)
                 if got is not None:
-                    return got
+                    return self._counted(got)
+            else:
+                served = self.served_snapshot(as_of)
+                if served is not None and served.probes_natively(key):
+                    return self._counted(served.probe(key, as_of))
         return self._on_snapshot(snapshot, subindices is None, lambda snap: snap.probe(key, as_of, subindices))
 
     def probe_many(self, keys, as_of: int | None = None, subindices: list[int] | None = None,
@@ -143,23 +143,10 @@ class ArchiveReader:
         once for all the keys it holds (``Snapshot.probe_many``). For many keys at once, far
         cheaper per key than probing one at a time."""
         if snapshot is None and subindices is None and self._latest is not None:
-            kept = self._latest.for_probe(as_of)
-            if kept is not None:
-                got = self._kept_probe(kept, kept.probe_many, keys, as_of)
-                if got is not None:
-                    return got
+            got = self._latest.probe_many(keys, as_of)
+            if got is not None:
+                return self._counted(got)
         return self._on_snapshot(snapshot, subindices is None, lambda snap: snap.probe_many(keys, as_of, subindices))
-
-    def _kept_probe(self, kept: Snapshot, probe, keys, as_of: int | None) -> pa.Table | None:
-        """``probe`` (of ``kept``, the newest version's kept snapshot) of ``keys``; None if it
-        failed reading blocks after a newer version committed, which garbage collection may
-        have reclaimed under it (``storage.latest_snapshot``): ask a fresh snapshot."""
-        try:
-            return self._counted(probe(keys, as_of))
-        except (CorruptionError, DataIOError, VersionReclaimed):
-            if not self._latest.outdated(kept):
-                raise
-            return None
 
     def _on_snapshot(self, snapshot: Snapshot | None, keepable: bool, probe) -> pa.Table:
         """``probe`` of ``snapshot``, or of a snapshot opened for it and closed after; one whose

@@ -241,6 +241,17 @@ class ProbeRuns:
         return ProbeRuns(prepared, native, empty_table(schema))
 
 
+class PreparedProbe(NamedTuple):
+    """One version's prepared point probes (``Snapshot.prepared_probe``): what ``probe`` needs
+    to answer as of that version's ``time`` or later, without its snapshot, in one call."""
+
+    runs: ProbeRuns
+    accepts: Callable[[object], bool]  # ``ColumnLayout.accepts``: keys the native probe takes
+    time: int  # the version's time
+    schema: pa.Schema  # the archive schema
+    what: str  # names the archive in errors
+
+
 def probe(runs: ProbeRuns, key: int | str, as_of: int, schema: pa.Schema,
           what: str) -> tuple[pa.Table, list[tuple[int, int, int]]]:
     """The records of ``key`` valid at ``as_of`` in ``runs``, ordered by (exp, ts), as a table of

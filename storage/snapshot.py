@@ -21,7 +21,7 @@ from .config import ArchiveConfig
 from .errors import CorruptionError, ReadError
 from .files import MappedSource
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
-from .point_probe import ColumnLayout, PreparedRun, ProbeRuns, RunToProbe
+from .point_probe import ColumnLayout, PreparedProbe, PreparedRun, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
 from .point_probe import probe_many as point_probe_many
 from .range_stream import merged, ordered
@@ -210,10 +210,14 @@ class Snapshot:
         got = self.native_probe(key, as_of, subindices)
         if got is not None:
             return got
+        cfg = self.config
+        if self.schema is not None:  # else the plan's key comparisons fail in Python's terms
+            key_type = self.schema.field(cfg.key_column).type
+            if isinstance(key, str) != pa.types.is_string(key_type) or isinstance(key, (bytes, bytearray)):
+                raise ReadError(f"probe key {key!r} is not of the key column's type, {key_type}")
         tasks = self.plan(Probe((key,)), as_of, subindices)
         if self.schema is None:
             return pa.table({}), []
-        cfg = self.config
         table = ordered(list(self.read_all(tasks)), self.schema, cfg.key_column, cfg.exp_column, cfg.ts_column)
         return table, [(t.subindex, len(t.blocks), t.bytes) for t in tasks]
 
@@ -319,6 +323,14 @@ class Snapshot:
         """Whether a point probe of ``key`` (as of this version) takes the native path with the run
         set already prepared, needing no metadata (``prepared_for_probes``)."""
         return self._runs is not None and self._point_layout.accepts(key)
+
+    def prepared_probe(self) -> "PreparedProbe | None":
+        """This version's prepared point probes as one object that answers them without the
+        snapshot (``latest_snapshot``), or None if its run set is not built."""
+        if self._runs is None:
+            return None
+        return PreparedProbe(self._runs, self._point_layout.accepts, self.time, self.schema,
+                             f"archive {self._archive.path}")
 
     @property
     def prepared_for_probes(self) -> bool:

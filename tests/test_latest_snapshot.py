@@ -18,6 +18,7 @@ from ebb.query.reader import ArchiveReader
 from ebb.storage import point_probe
 from ebb.storage.archive import Archive
 from ebb.storage.errors import ArchiveError, CorruptionError, ReadError
+from ebb.storage.timemodel import MAX_TIME
 
 from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
 
@@ -104,7 +105,7 @@ def test_a_probe_whose_blocks_were_reclaimed_under_it_asks_a_fresh_snapshot(tmp_
     monkeypatch.setattr(reader.archive, "newest_version", once_stale)
     retried = []
     outdated = reader._latest.outdated
-    monkeypatch.setattr(reader._latest, "outdated", lambda snap: retried.append(1) or outdated(snap))
+    monkeypatch.setattr(reader._latest, "outdated", lambda kept: retried.append(1) or outdated(kept))
     assert rows_multiset(reader.probe(key)) == oracle.probe(key, T)  # the newest version's answer
     assert retried == [1], "the kept snapshot's reads did not fail: this test did not reach the retry"
     reader.close()
@@ -164,5 +165,7 @@ def test_prepare_probes_keeps_its_snapshot_for_the_first_probe(tmp_path):
     opens = Opens(reader)
     assert [rows_multiset(reader.probe(k)) for k in range(KEYS)] == [oracle.probe(k, 16) for k in range(KEYS)]
     assert opens.n == 0
+    with pytest.raises(ReadError, match="outside ebb's time range"):  # not the kept version's to answer
+        reader.probe(0, as_of=MAX_TIME + 1)
     reader.close()
     writer.close()

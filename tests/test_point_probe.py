@@ -136,18 +136,29 @@ def test_native_probe_answers_as_the_planned_read_and_the_oracle(sc):
 
 
 def test_probes_of_other_keys_take_the_planned_path(tmp_path):
-    """Keys not of the key column's type are not probed natively."""
+    """Keys not of the key column's type are not probed natively; a string for an integer key
+    column, or anything else for a string one, is a ReadError (after the reader kept the
+    newest version's snapshot, too), not Python's TypeError from the plan's comparisons."""
     with Archive.create(str(tmp_path / "a"), config()) as arc:
         arc.load(pa.table({"key": ["a", "b"], "ts": [10, 12], "exp": [20, 20]}), 16)
         with arc.snapshot() as snap:
             assert snap.native_probe(1) is None and snap.native_probe(b"a") is None
             assert snap.native_probe("a")[0].num_rows == 1
-        assert ArchiveReader(arc).probe("a").num_rows == 1
+        reader = ArchiveReader(arc)
+        assert reader.probe("a").num_rows == 1
+        for wrong in (1, b"a"):
+            with pytest.raises(ReadError, match="not of the key column's type, string"):
+                reader.probe(wrong)
     with Archive.create(str(tmp_path / "b"), config()) as arc:
         arc.load(pa.table({"key": [1, 2], "ts": [10, 12], "exp": [20, 20]}), 16)
         with arc.snapshot() as snap:
             assert snap.native_probe(2**63) is None and snap.native_probe(True) is None and snap.native_probe(1) is not None
-        assert ArchiveReader(arc).probe(2**63).num_rows == 0
+        reader = ArchiveReader(arc)
+        assert reader.probe(2**63).num_rows == 0
+        assert reader.probe(1).num_rows == 1
+        for wrong in ("a", b"a"):
+            with pytest.raises(ReadError, match="not of the key column's type, int64"):
+                reader.probe(wrong)
 
 
 def _one_run(tmp_path, keys=300):
