@@ -205,6 +205,28 @@ def test_measure_short_times_the_call_alone():
     assert s.base_anon_bytes > 0 and s.peak_anon_bytes >= s.base_anon_bytes
 
 
+def test_latency_probes_pause_between_stretches_outside_the_timed_span(monkeypatch):
+    """``time_probes`` with a stretch pauses after every ``stretch`` probes, and no pause is inside
+    a probe's time: the spread that keeps one slow episode of the machine off one store's probes."""
+    from ebb.tools import run_config
+    from ebb.tools.store import ReadResult
+
+    events = []
+
+    class Store:
+        def probe(self, key, at):
+            events.append(("probe", key))
+            return ReadResult(1, key, {})
+
+    monkeypatch.setattr(run_config.time, "sleep", lambda s: events.append(("sleep", s)))
+    times, rows, seq = run_config.time_probes(Store(), [1, 2, 3, 4, 5], 0, stretch=2, gap_s=0.5)
+    assert events == [("probe", 1), ("probe", 2), ("sleep", 0.5), ("probe", 3), ("probe", 4), ("sleep", 0.5), ("probe", 5)]
+    assert len(times) == 5 and rows == 5 and seq == 15
+    events.clear()
+    run_config.time_probes(Store(), [1, 2, 3], 0)  # no stretch: no pause
+    assert [e for e in events if e[0] == "sleep"] == []
+
+
 def test_closed_stores_hold_no_files(tmp_path):
     """A cold measurement closes the store first: ebb's archive (LMDB and its open run files) and
     the LMDB peer must then hold nothing open or mapped; a store that does is refused."""

@@ -71,7 +71,7 @@ def rewrite(docs: Path) -> Path:
     return path
 
 
-LATENCY_COLUMNS = ("probe_p50_s", "probe_p99_s", "probe_latency_mean_s", "latency_probes")
+LATENCY_COLUMNS = ("probe_p50_s", "probe_p99_s", "probe_latency_mean_s", "latency_probes", "latency_gap_s")
 
 
 def with_latency(summary: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
@@ -85,7 +85,9 @@ def with_latency(summary: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     lat = pd.DataFrame({"config": lat.config, "probe_p50_s": pd.to_numeric(lat.p50_s, errors="coerce"),
                         "probe_p99_s": pd.to_numeric(lat.p99_s, errors="coerce"),
                         "probe_latency_mean_s": pd.to_numeric(lat.wall_s, errors="coerce"),
-                        "latency_probes": pd.to_numeric(lat.probes, errors="coerce")})
+                        "latency_probes": pd.to_numeric(lat.probes, errors="coerce"),
+                        # runs before the stretches had no such column: one stretch
+                        "latency_gap_s": pd.to_numeric(lat.gap_s, errors="coerce") if "gap_s" in lat.columns else 0.0})
     return out.merge(lat, on="config", how="left")
 
 
@@ -261,6 +263,14 @@ def _machine_section(machines: dict[str, dict]) -> str:
                      "which the kernel's read-ahead keeps several requests ahead, can read faster, and on a "
                      "virtual machine the host may also cache the virtual disk (a cold scan above 100% of it "
                      "says so)")
+    lines.append("- Short timings on the 2-core virtual machine these figures came from (measured 2026-11-27, outside "
+                 "the runs): for 0.25-2 s at a time, at random, everything ran 1.5-2x slower (the p50 of warm probes "
+                 "per quarter second went from 21-23 to 32-49 µs, C and Python alike; the guest sees no steal time); "
+                 "and code that has not run for a few milliseconds runs several times slower than when repeated back "
+                 "to back (a 200-term Python sum: 3.3 µs back to back, 7 µs after 0.5 ms of other work, 22-25 µs after "
+                 "8 ms or more), so a first probe after an update, or after idle time, pays for every step it takes at that "
+                 "speed. Comparisons of short operations are therefore made side by side, taking turns "
+                 "(`ebb bench library`), or spread over seconds (the latency tables)")
     cold = m.get("cold_cache_problem")
     lines.append(f"- Cold-cache runs: {'not possible: ' + cold if cold else 'yes (root; every store closed, then sync + drop_caches before each cold operation)'}")
     per = [f"{w}: {mm.get('when')}, load average at start {mm.get('load_average_at_start')}" for w, mm in machines.items() if mm]
@@ -294,15 +304,21 @@ def _latency_section(s: pd.DataFrame) -> str:
     rows = [[r.config, f"{int(_col(r, 'latency_probes')):,}" if math.isfinite(_col(r, "latency_probes")) else "-",
              _us(r.probe_p50_s), _us(r.probe_p99_s), _us(_col(r, "probe_latency_mean_s")),
              _f(_ratio(r.probe_p50_s, b50)), _f(_ratio(r.probe_p99_s, b99))] for _, r in lat.iterrows()]
-    from .run_config import LATENCY_BUDGET_S, LATENCY_MIN_PROBES, LATENCY_PROBES
+    from .run_config import LATENCY_BUDGET_S, LATENCY_MIN_PROBES, LATENCY_PROBES, LATENCY_STRETCH
+
+    gaps = set(lat.latency_gap_s.fillna(0.0)) if "latency_gap_s" in lat.columns else {0.0}
+    spread = (f"in stretches of {LATENCY_STRETCH} probes {gaps.pop():g} s apart" if len(gaps) == 1 and 0.0 not in gaps
+              else "in one stretch a store" if gaps == {0.0} else "in one stretch for some stores, in stretches for others")
 
     text = ("### Library-level probe latency\n\n"
             f"After the last update, {LATENCY_PROBES:,} probes of random keys (the same keys for every store; a store "
             f"whose probes took over {LATENCY_BUDGET_S:.0f} s in all stopped after the first {LATENCY_MIN_PROBES:,} or "
-            "more), each timed alone by "
+            f"more), {spread}, each timed alone by "
             "`time.perf_counter()` around the store's probe call (no harness around it), every answer consumed; ebb "
             "reads through an `ArchiveReader` opened from the archive's path, not sharing the writer's in-process "
-            "state. Microseconds; the ratios are the store's over SQLite's (below 1 = faster than SQLite)"
+            "state. The stores run one after another, each in its own process, so a figure here carries the machine's "
+            "state while that store ran; `ebb bench library` measures its stores side by side, taking turns. "
+            "Microseconds; the ratios are the store's over SQLite's (below 1 = faster than SQLite)"
             + ("" if len(base) else "; SQLite was not run") + ".\n\n")
     return text + _table(["config", "probes", "p50 µs", "p99 µs", "mean µs", "p50 / sqlite", "p99 / sqlite"], rows) + "\n"
 
@@ -732,8 +748,9 @@ PROTOCOL = """## Protocol
   probe call, and then run again inside the harness for its I/O and memory (a probe changes nothing,
   so repeating it is harmless); before that change the harness's overhead was most of a SQLite or LMDB
   probe (about 10 us alone, 0.09 ms in the harness, on a many-keys store). After the last update
-  every store also answers 2,000 probes of random keys (the same keys for every store), each timed
-  alone, whose median and 99th percentile are the "probe p50/p99 µs" columns (library-level probe
+  every store also answers 2,000 probes of random keys (the same keys for every store), in stretches
+  of 200 half a second apart (runs before that change: in one stretch; each table says which),
+  each timed alone, whose median and 99th percentile are the "probe p50/p99 µs" columns (library-level probe
   latency). ebb's store reads through an `ArchiveReader` opened from the archive's path, with its own
   in-process read state, as `ebb serve` does: an update does not prepare the reader's view of the
   version it commits, so the first probe after it does that work itself. Opening a store is never

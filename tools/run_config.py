@@ -22,7 +22,8 @@ about 0.1 ms, is small against them); a warm probe is timed alone by ``time.perf
 repeated through ``measure`` for its I/O and memory (``measure_short``). After the last update,
 ``LATENCY_PROBES`` probes of random keys (``Workload.random_keys``, the same for every store; at
 least ``LATENCY_MIN_PROBES`` of them if they take over ``LATENCY_BUDGET_S`` in all), each timed
-alone, give one ``probe_latency`` row (not in the progress count): ``probes`` is how many,
+alone, in stretches of ``LATENCY_STRETCH`` half a second apart (so that the machine's slow
+episodes do not land on one store's probes whole), give one ``probe_latency`` row (not in the progress count): ``probes`` is how many,
 ``wall_s`` their mean time, ``p50_s`` and ``p99_s`` their median and 99th percentile,
 ``rows``/``seq_sum`` the totals of their answers, and the I/O and memory columns those of the
 first ``LATENCY_MEASURED_PROBES`` of them run again through ``measure``. ebb's store
@@ -57,12 +58,19 @@ LATENCY_MIN_PROBES = 1000  # (issue 25: p50 and p99 over at least 1,000 probes)
 LATENCY_MEASURED_PROBES = 200  # of them repeated through ``measure`` for the row's I/O and memory
 LATENCY_STREAM = 0x1A7  # Workload.random_keys stream of those probes' keys
 QUICK_LATENCY_PROBES = 100  # in the quick workload (CI's smoke run): enough to check the row, not a figure
+# ... in stretches this many probes long, this long apart: the bench machine runs 1.5-2x slower in
+# episodes of 0.25-2 s at random times (docs/benchmarks.md), which one unbroken stretch of 2,000
+# probes (about 0.1 s) falls wholly inside or outside; spread over 5 s, every store's probes meet
+# the machine in its usual mix of states, as the library tool's stores do by taking turns
+LATENCY_STRETCH = 200
+LATENCY_GAP_S = 0.5
 
 # per-operation counts a store or the runner supplies; empty where a store has none
 EXTRA_COLUMNS = (
     "rows", "deleted", "data_bytes", "seq_sum", "probe_key", "subindices", "blocks_read", "blocks_written",
     "block_bytes", "store_bytes_read", "store_bytes_written", "subidx_max_rows", "subidx_mean_rows",
-    "probes", "p50_s", "p99_s",  # a probe_latency row: its probe count, median and 99th percentile
+    "probes", "p50_s", "p99_s",  # a probe_latency row: its probe count, median and 99th percentile,
+    "gap_s",  # and the pause between its stretches of LATENCY_STRETCH probes (0: one stretch)
 )
 COLUMNS = [
     "workload", "config", "family", "technique", "mode", "n", "G", "E", "op", "slot", "cache",
@@ -138,12 +146,13 @@ def _read_extra(res: ReadResult, w: Workload, key: int | None = None) -> dict:
 
 
 def time_probes(store: Store, keys: list, at: int, budget_s: float | None = None,
-                min_probes: int = 0) -> tuple[np.ndarray, int, int]:
+                min_probes: int = 0, stretch: int = 0, gap_s: float = 0.0) -> tuple[np.ndarray, int, int]:
     """Probes each key of ``keys`` as of ``at``, each call timed alone by ``time.perf_counter``
     (nothing else inside the timed span) and its answer consumed (rows counted, ``seq`` summed by
     the store). With ``budget_s``, stops early once at least ``min_probes`` are done and the probes
-    have taken longer than that in all. Returns the times in seconds of the probes done, and
-    their total rows and ``seq`` sum."""
+    have taken longer than that in all. With ``stretch``, pauses ``gap_s`` (untimed) after every
+    ``stretch`` probes. Returns the times in seconds of the probes done, and their total rows and
+    ``seq`` sum."""
     times = np.empty(len(keys))
     rows = seq = 0
     spent = 0.0
@@ -151,6 +160,8 @@ def time_probes(store: Store, keys: list, at: int, budget_s: float | None = None
     for i, key in enumerate(keys):
         if budget_s is not None and i >= min_probes and spent > budget_s:
             return times[:i], rows, seq
+        if stretch and i and i % stretch == 0:
+            time.sleep(gap_s)
         t0 = clock()
         res = store.probe(key, at)
         times[i] = dt = clock() - t0
@@ -160,19 +171,21 @@ def time_probes(store: Store, keys: list, at: int, budget_s: float | None = None
     return times, rows, seq
 
 
-def probe_latency(store: Store, w: Workload, at: int, n: int = LATENCY_PROBES) -> tuple[dict, Sample]:
-    """``n`` probes of random keys as of ``at``, each timed alone (``time_probes``), fewer (at least
+def probe_latency(store: Store, w: Workload, at: int, n: int = LATENCY_PROBES,
+                  gap_s: float = LATENCY_GAP_S) -> tuple[dict, Sample]:
+    """``n`` probes of random keys as of ``at``, each timed alone (``time_probes``), in stretches of
+    LATENCY_STRETCH probes ``gap_s`` apart, fewer (at least
     LATENCY_MIN_PROBES) if they take longer than LATENCY_BUDGET_S in all; then the first
     LATENCY_MEASURED_PROBES of them again through ``measure`` for their I/O and peak memory.
     Returns the extra columns of the ``probe_latency`` row (``rows`` and ``seq_sum`` are the totals
     of the timed probes) and that sample, with ``wall_s`` the mean time of one timed probe."""
     keys = w.random_keys(n, LATENCY_STREAM).tolist()
-    times, rows, seq = time_probes(store, keys, at, LATENCY_BUDGET_S, min(n, LATENCY_MIN_PROBES))
+    times, rows, seq = time_probes(store, keys, at, LATENCY_BUDGET_S, min(n, LATENCY_MIN_PROBES), LATENCY_STRETCH, gap_s)
     again = keys[:min(len(times), LATENCY_MEASURED_PROBES)]
     _, s = measure(lambda: time_probes(store, again, at))
     p50, p99 = np.percentile(times, [50, 99])
-    extra = {"probes": len(times), "p50_s": round(float(p50), 9), "p99_s": round(float(p99), 9), "rows": rows,
-             "seq_sum": seq, "data_bytes": rows * w.record_bytes}
+    extra = {"probes": len(times), "p50_s": round(float(p50), 9), "p99_s": round(float(p99), 9), "gap_s": gap_s,
+             "rows": rows, "seq_sum": seq, "data_bytes": rows * w.record_bytes}
     return extra, replace(s, wall_s=float(times.mean()))
 
 
@@ -264,8 +277,9 @@ def run(job: Job, job_file: str) -> None:
             if j in job.scan_slots:
                 res, s = measure(lambda: store.scan(at))
                 rec.row("scan", j, "warm", s, _read_extra(res, w))
-        n = QUICK_LATENCY_PROBES if job.workload == "quick" else LATENCY_PROBES
-        extra, s = probe_latency(store, w, w.time_of(w.updates), n)
+        quick = job.workload == "quick"
+        extra, s = probe_latency(store, w, w.time_of(w.updates), QUICK_LATENCY_PROBES if quick else LATENCY_PROBES,
+                                 0.0 if quick else LATENCY_GAP_S)
         rec.row("probe_latency", w.updates, "warm", s, extra, progress=False)  # not one of the plan's operations
     finally:
         store.close()
