@@ -307,7 +307,10 @@ def _latency_section(s: pd.DataFrame) -> str:
     from .run_config import LATENCY_BUDGET_S, LATENCY_MIN_PROBES, LATENCY_PROBES, LATENCY_STRETCH
 
     gaps = set(lat.latency_gap_s.fillna(0.0)) if "latency_gap_s" in lat.columns else {0.0}
-    spread = (f"in stretches of {LATENCY_STRETCH} probes {gaps.pop():g} s apart" if len(gaps) == 1 and 0.0 not in gaps
+    spread = (f"in stretches of {LATENCY_STRETCH} probes {gaps.pop():g} s apart (each stretch's first probes come "
+              "after that idle time, which slows them on this machine (Machine, above); with "
+              f"{LATENCY_PROBES // LATENCY_STRETCH} stretches they are about the slowest 1%, so the p99 column includes "
+              "them for every store)" if len(gaps) == 1 and 0.0 not in gaps
               else "in one stretch a store" if gaps == {0.0} else "in one stretch for some stores, in stretches for others")
 
     text = ("### Library-level probe latency\n\n"
