@@ -105,11 +105,15 @@ FILTER_UNIT_BYTES = 64  # a key's bits all lie in one unit: one cache line, one 
 FILTER_SUM_BYTES = 4  # a unit ends with the low 32 bits of the XXH3-64 of its bits, seeded with its index
 FILTER_UNIT_BITS = (FILTER_UNIT_BYTES - FILTER_SUM_BYTES) * 8  # 480
 # 16 bits a record (2 bytes): about 0.11% of absent keys pass a block's filter (10 bits let 1.06% by: a NoRebuild
-# probe, which checks the filter of every live section of every run, about 300 in the library bench, then
+# probe, which then checked the filter of every live section of every run (before run filters, below), about 300 in the library bench, then
 # searched 3.2 blocks without its key; now about 0.4). A run's descriptor names the bits its filters were
 # written with ("filter_bits"), which set where each block's filter lies; absent, FILTER_BITS_UNNAMED.
 FILTER_BITS_PER_KEY = 16
 FILTER_BITS_UNNAMED = 10  # what runs written before descriptors named their filters' bits used
+# A NoRebuild run also ends with one filter over all its records (its descriptor's "run_filter": its
+# units), checked before any of its sections: a probe then searches the sections of only the runs that
+# may hold its key (about 1.2% of the others pass at 10 bits a record; each costs ~15 sections' checks)
+RUN_FILTER_BITS_PER_KEY = 10
 FILTER_PROBES = 7  # bits a key sets in its unit: from successive 9-bit fields of its hash's second mix
 FILTER_TEXT_MULTIPLIER = 0x100000001B3  # a string key's bytes fold as p = p * this + (byte + 1), mod 2**64
 

@@ -14,7 +14,9 @@ checks the 64 bytes it reads, not a page. A key's 64-bit hash (``key_hashes``) p
 its high 32 bits and ``PROBES`` bits in it from successive 9-bit fields of a second mix of the
 hash; the key may be in the block only if all are set. A unit that fails its sum is never
 trusted: the block is searched. The filters of a run's blocks follow its last block, from the
-next page boundary, in block order. A process that probes reads a run's filters once, into
+next page boundary, in block order; a NoRebuild run's then end with its *run filter*, units of the
+same form over all its keys (``RUN_FILTER_BITS_PER_KEY`` bits a record, unit indices going on from
+the blocks'), which a probe checks before any of the run's sections. A process that probes reads a run's filters once, into
 memory (``point_probe.RunArrays``, within the metadata cache's budget); storage/native/point_probe.c
 computes the same hash and bits.
 """
@@ -101,6 +103,16 @@ def block_filter(hashes: np.ndarray, first_unit: int, bits: int = BITS_PER_KEY) 
     sums = [digest(row[:_BITS_BYTES].tobytes(), first_unit + u) & 0xFFFFFFFF for u, row in enumerate(packed)]
     packed[:, _BITS_BYTES:] = np.array(sums, "<u4").view(np.uint8).reshape(count, SUM_BYTES)
     return packed.tobytes()
+
+
+def sums_hold(filter_bytes, first_unit: int) -> np.ndarray:
+    """Whether each unit of ``filter_bytes`` (the first being unit ``first_unit`` of its run)
+    passes its sum (``ebb verify``; a probe does not trust a unit that fails)."""
+    units_of = np.frombuffer(filter_bytes, np.uint8).reshape(-1, UNIT_BYTES)
+    digest = xxhash.xxh3_64_intdigest
+    stored = units_of[:, _BITS_BYTES:].copy().view("<u4").ravel()
+    return np.array([digest(row[:_BITS_BYTES].tobytes(), first_unit + u) & 0xFFFFFFFF for u, row in enumerate(units_of)],
+                    np.uint32) == stored
 
 
 def may_hold(filter_bytes, hashes: np.ndarray) -> np.ndarray:

@@ -80,10 +80,10 @@ class MaintenanceContext:
     def schema(self) -> pa.Schema:
         return self.schemas.schema
 
-    def writer(self, i: int) -> RunWriter:
+    def writer(self, i: int, run_filter: bool = False) -> RunWriter:
         name = run_file_name(i, self.update_seq)
         w = RunWriter(self.data_dir, name, i, self.config.key_column, self.config.ts_column,
-                      self.config.exp_column, self.config.block_bytes, self.schemas.current)
+                      self.config.exp_column, self.config.block_bytes, self.schemas.current, run_filter)
         self.created.append(w.path)
         return w
 
@@ -108,7 +108,7 @@ def norebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.
             if first > run.first_live:
                 ch.dead_prefixes.append((run.name, int(desc.blocks["offset"][first])))
     if rows.num_rows:
-        w = ctx.writer(i)
+        w = ctx.writer(i, run_filter=True)  # its sections each span the key range: probes check this first
         w.add(rows, exp_slots)
         desc = w.finish(sync=False)
         ch.new_runs.append(desc)

@@ -32,7 +32,7 @@ else:
     except ImportError:  # not built (installed without a C compiler): point probes take the planned read
         _point_probe = None
 from .arrow_np import empty_table
-from .disk_format import BLOCK, FILTER_BITS_UNNAMED, INT_KEY, PAGE_SUM, native_constants, visible_columns
+from .disk_format import BLOCK, FILTER_BITS_UNNAMED, FILTER_UNIT_BYTES, INT_KEY, PAGE_SUM, native_constants, visible_columns
 from .errors import CorruptionError, DataIOError
 from .run_descriptor import RunDescriptor, parse_sealed
 
@@ -115,6 +115,7 @@ class RunArrays:
     # size checked first, an fstat a run); and where each block's starts in them, then the end
     filters: np.ndarray | None = None
     filter_at: np.ndarray | None = None
+    run_filter_units: int = 0  # the run filter's units, at the end of ``filters`` (0: none)
 
     @staticmethod
     def of(desc: RunDescriptor, sums: np.ndarray | None, read_filters: ReadFilters | None = None) -> "RunArrays":
@@ -126,7 +127,7 @@ class RunArrays:
             first, last, first_at, last_at = (np.array(desc.first_keys, np.int64), np.array(desc.last_keys, np.int64),
                                               None, None)
         return RunArrays._of_blocks(desc.name, desc.blocks, first, last, first_at, last_at, sums, desc.filter_offset,
-                                    desc.filter_bits, read_filters)
+                                    desc.filter_bits, desc.run_filter_units, read_filters)
 
     @staticmethod
     def from_value(value: bytes, name: str, what: str, read_filters: ReadFilters) -> "RunArrays | None":
@@ -142,23 +143,26 @@ class RunArrays:
         keys = np.frombuffer(body, INT_KEY, 2 * n, pos)
         sums = np.frombuffer(body, PAGE_SUM, (len(body) - end) // PAGE_SUM.itemsize, end) if "page" in head else None
         return RunArrays._of_blocks(name, blocks, keys[:n], keys[n:], None, None, sums, head.get("filter"),
-                                    head.get("filter_bits", FILTER_BITS_UNNAMED), read_filters)
+                                    head.get("filter_bits", FILTER_BITS_UNNAMED), head.get("run_filter", 0), read_filters)
 
     @staticmethod
     def _of_blocks(name: str, blocks: np.ndarray, first: np.ndarray, last: np.ndarray, first_at: np.ndarray | None,
                    last_at: np.ndarray | None, sums: np.ndarray | None, filter_offset: int | None, filter_bits: int,
-                   read_filters: ReadFilters | None) -> "RunArrays":
+                   run_filter_units: int, read_filters: ReadFilters | None) -> "RunArrays":
         """The arrays of a run's ``blocks`` (BLOCK entries) and keys, with what the native code
         derives from the blocks (``_point_probe.block_arrays``) and the key filters it says
-        where to read."""
+        where to read, then the run filter of ``run_filter_units`` units."""
         use_filters = filter_offset is not None and read_filters is not None
         sections, page_start, filter_at = _point_probe.block_arrays(blocks, filter_bits if use_filters else 0)
         filters = None
         if filter_at is not None:
             filter_at = np.frombuffer(filter_at, np.int64)
-            filters = np.frombuffer(read_filters(name, filter_offset, filter_offset + int(filter_at[-1])), np.uint8)
+            end = filter_offset + int(filter_at[-1]) + run_filter_units * FILTER_UNIT_BYTES
+            filters = np.frombuffer(read_filters(name, filter_offset, end), np.uint8)
+        else:
+            run_filter_units = 0
         return RunArrays(first, last, blocks, np.frombuffer(sections, np.int64), np.frombuffer(page_start, np.int64), sums,
-                         first_at, last_at, filters, filter_at)
+                         first_at, last_at, filters, filter_at, run_filter_units)
 
     @staticmethod
     def build(first_keys: list | tuple, last_keys: list | tuple, blocks: np.ndarray, sums: np.ndarray | None,
@@ -177,11 +181,11 @@ class RunArrays:
     def native_args(self) -> tuple:
         """The arrays in the order ``_point_probe.prepared_run`` takes them, after a run's map."""
         return (self.first_keys, self.last_keys, self.blocks, self.sections, self.page_start, self.sums, self.first_at,
-                self.last_at, self.filter_at, self.filters)
+                self.last_at, self.filter_at, self.filters, self.run_filter_units)
 
     @functools.cached_property
     def nbytes(self) -> int:
-        return 200 + sum(a.nbytes for a in self.native_args if a is not None)
+        return 200 + sum(a.nbytes for a in self.native_args[:-1] if a is not None)  # the arrays, not the count
 
 
 def _packed(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -56,6 +56,7 @@ class RunDescriptor:
     # None: written without filters
     filter_offset: int | None = None
     filter_bits: int = FILTER_BITS_PER_KEY  # bits a record of its key filters (they set each one's size)
+    run_filter_units: int = 0  # units of its run filter, after the blocks' (NoRebuild runs); 0: none
     section_bounds: list[int] = field(init=False)  # first block of each section, then len(blocks)
     page_start: np.ndarray = field(init=False)  # index in ``sums`` of each block's first page, then the total
 
@@ -105,7 +106,7 @@ class RunDescriptor:
     def file_bytes(self) -> int:
         """The run file's size: its blocks, then its key filters."""
         if self.filter_offset is not None:
-            return int(self.filter_at[-1])
+            return self.filter_end
         b = self.blocks
         return int(b["offset"][-1] + b["length"][-1]) if b.size else 0
 
@@ -118,6 +119,11 @@ class RunDescriptor:
             return None
         sizes = key_filter.units(self.blocks["rows"].astype(np.int64), self.filter_bits) * FILTER_UNIT_BYTES
         return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64) + self.filter_offset
+
+    @property
+    def filter_end(self) -> int:
+        """Where its filters end (with a run filter, after it): the end of the file."""
+        return int(self.filter_at[-1]) + self.run_filter_units * FILTER_UNIT_BYTES
 
     def first_live_after(self, slot: int) -> int:
         """Index of the first block whose section slot is > ``slot`` (NoRebuild deletion:
@@ -152,6 +158,8 @@ class RunDescriptor:
             meta["filter"] = self.filter_offset
             if self.filter_bits != FILTER_BITS_UNNAMED:  # absent: as runs were written before the field
                 meta["filter_bits"] = self.filter_bits
+            if self.run_filter_units:  # absent: no run filter (Rebuild runs, and runs written before them)
+                meta["run_filter"] = self.run_filter_units
         head = json.dumps(meta).encode()
         if int_keys:
             keys = np.array(self.first_keys + self.last_keys, dtype=INT_KEY).tobytes()
@@ -186,7 +194,8 @@ class RunDescriptor:
                     and all(type(k) is str for k in first + last)):
                 raise _malformed(what, name, "its keys")
         return RunDescriptor(head["name"], head["subindex"], blocks.copy(), first, last, sums, "page" in head,
-                             head.get("schema", 0), head.get("filter"), head.get("filter_bits", FILTER_BITS_UNNAMED))
+                             head.get("schema", 0), head.get("filter"), head.get("filter_bits", FILTER_BITS_UNNAMED),
+                             head.get("run_filter", 0))
 
     @staticmethod
     def sums_from_bytes(value: bytes, name: str, what: str) -> np.ndarray | None:
@@ -240,6 +249,11 @@ def parse_sealed(value: bytes, name: str, what: str) -> tuple[memoryview, dict, 
         bits = head.get("filter_bits", FILTER_BITS_UNNAMED)
         if not (type(bits) is int and 1 <= bits <= FILTER_UNIT_BITS):
             raise _malformed(what, name, "its key filters' bits a record")
+        run_units = head.get("run_filter", 0)
+        if not (type(run_units) is int and 0 <= run_units < 1 << 40):
+            raise _malformed(what, name, "its run filter's size")
+    elif "run_filter" in head:
+        raise _malformed(what, name, "its run filter, without key filters")
     if "page" in head:
         if head["page"] != PAGE_BYTES:
             raise CorruptionError(f"{what}: run {name} has pages of {head['page']!r} bytes, this ebb reads {PAGE_BYTES}")

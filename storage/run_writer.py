@@ -7,7 +7,10 @@ invisible to readers and removed by recovery.
 
 After its last block a run file holds the key filter of each block (``key_filter``), from the
 next page boundary. The writer keeps them until ``finish``: 16 bits a record (a 5 GB run of
-200-byte records: 50 MB), against the 8 bytes of a record's key it would otherwise keep.
+200-byte records: 50 MB), against the 8 bytes of a record's key it would otherwise keep. A
+NoRebuild run (``run_filter``) then ends with one filter over all its keys, which a probe checks
+before any of its sections; its writer keeps the keys' 8-byte hashes until ``finish``, as the
+update holds the run's records anyway (one update's records for one sub-index).
 """
 
 from __future__ import annotations
@@ -20,17 +23,19 @@ import pyarrow as pa
 
 from . import files, key_filter
 from .block_format import encode_blocks
-from .disk_format import ALIGNED_BLOCK_BYTES, BLOCK, FILTER_BITS_PER_KEY, PAGE_BYTES, PAGE_SUM, BlockEntry, page_count
+from .disk_format import (ALIGNED_BLOCK_BYTES, BLOCK, FILTER_BITS_PER_KEY, PAGE_BYTES, PAGE_SUM,
+                          RUN_FILTER_BITS_PER_KEY, BlockEntry, page_count)
 from .faults import crash_point
 from .run_descriptor import RunDescriptor
 
 
 class RunWriter:
     """Appends sorted tables (the physical schema of version ``schema_version`` of the archive
-    schema) as blocks to a new run file; ``finish`` makes it durable."""
+    schema) as blocks to a new run file; ``finish`` makes it durable. ``run_filter``: end it with
+    a filter over all its keys (a NoRebuild run, whose sections a probe would otherwise check each)."""
 
     def __init__(self, data_dir: str, name: str, subindex: int, key: str, ts: str, exp: str, block_bytes: int,
-                 schema_version: int = 0):
+                 schema_version: int = 0, run_filter: bool = False):
         self.name, self.subindex, self.schema_version = name, subindex, schema_version
         self.path = os.path.join(data_dir, name)
         self._cols = (key, ts, exp)
@@ -42,11 +47,14 @@ class RunWriter:
         self._sums: list[np.ndarray] = []
         self._filters: list[bytes] = []
         self._units = 0  # filter units so far
+        self._hashes: list[np.ndarray] | None = [] if run_filter else None  # of every key, for the run filter
 
     def add(self, table: pa.Table, slots: np.ndarray | None = None) -> None:
         """Appends records sorted by (slot, key, exp), continuing the order of earlier calls."""
         key, ts, exp = self._cols
         hashes, row = key_filter.key_hashes(table.column(key)), 0
+        if self._hashes is not None:
+            self._hashes.append(hashes)
         for blk in encode_blocks(table, key, ts, exp, self._block_bytes, PAGE_BYTES, slots):
             self._filters.append(key_filter.block_filter(hashes[row:row + blk.rows], self._units, FILTER_BITS_PER_KEY))
             self._units += int(key_filter.units(blk.rows, FILTER_BITS_PER_KEY))
@@ -66,6 +74,11 @@ class RunWriter:
         now (a caller writing several runs may pass False and sync them together); the caller
         syncs the directory."""
         filter_offset = int(page_count(self._file.size)) * PAGE_BYTES
+        run_units = 0
+        if self._hashes and self._entries:  # its units follow the blocks' (and seed their sums on from them)
+            hashes = np.concatenate(self._hashes)
+            self._filters.append(key_filter.block_filter(hashes, self._units, RUN_FILTER_BITS_PER_KEY))
+            run_units = int(key_filter.units(len(hashes), RUN_FILTER_BITS_PER_KEY))
         filters = b"".join(self._filters)
         self._file.write(bytes(filter_offset - self._file.size))
         self._file.write(filters)
@@ -75,7 +88,7 @@ class RunWriter:
         blocks = np.array(self._entries, dtype=BLOCK) if self._entries else np.zeros(0, BLOCK)
         sums = np.concatenate(self._sums) if self._sums else np.zeros(0, PAGE_SUM)
         return RunDescriptor(self.name, self.subindex, blocks, self._first, self._last, sums, schema=self.schema_version,
-                             filter_offset=filter_offset, filter_bits=FILTER_BITS_PER_KEY)
+                             filter_offset=filter_offset, filter_bits=FILTER_BITS_PER_KEY, run_filter_units=run_units)
 
     def close(self) -> None:
         self._file.close()

@@ -155,6 +155,7 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
     index = {int(o): b for b, o in enumerate(desc.blocks["offset"])}
     phys = older_physical(physical_schema(snap.schema), snap.schemas.columns(desc.schema))  # the run's own columns
     filters = _filters(path, desc, name, out)
+    run_hashes = [] if filters is not None and desc.run_filter_units else None  # of its live keys
     for e, data in read_block_bytes(source, blocks, name):
         batch = decode_block(data, phys, e.offset, e.rows, e.checksum, name)
         b = index[e.offset]
@@ -169,6 +170,8 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
             if filters[lo:hi] != key_filter.block_filter(key_filter.key_hashes(k), lo // FILTER_UNIT_BYTES, desc.filter_bits):
                 out.append(f"{where}: its key filter differs from its keys' (probes search a block whose filter unit "
                            "fails its sum)")
+        if run_hashes is not None:
+            run_hashes.append(key_filter.key_hashes(k))
         first, last = k[0].as_py(), k[-1].as_py()
         if (first, last) != (desc.first_keys[b], desc.last_keys[b]):
             out.append(f"{where}: first/last key differ from the descriptor's")
@@ -194,6 +197,23 @@ def _check_run(archive, snap, cfg: ArchiveConfig, i: int, run: LiveRun, label: s
         bad = layout.subindex_of(ins, tm.slots(ev)) != i
         if bad.any():
             out.append(f"{where}: {int(bad.sum())} records belong to another sub-index (docs/spec.md section 3)")
+    if run_hashes:
+        out += _check_run_filter(filters[int(desc.filter_at[-1] - desc.filter_offset):], desc, np.concatenate(run_hashes), name)
+    return out
+
+
+def _check_run_filter(run_filter: bytes, desc, hashes: np.ndarray, name: str) -> list[str]:
+    """Problems with a run filter (NoRebuild runs): units that fail their sums (a probe then
+    searches the run's sections, as if it had none), or live keys it rules out. Its dead
+    blocks' keys may be gone (their pages given back), so it is not rebuilt to compare."""
+    out = []
+    first_unit = int(desc.filter_at[-1] - desc.filter_offset) // FILTER_UNIT_BYTES
+    failed = int((~key_filter.sums_hold(run_filter, first_unit)).sum())
+    if failed:
+        out.append(f"{name}: {failed} units of its run filter fail their sums (probes search all its sections)")
+    missed = int((~key_filter.may_hold(run_filter, hashes)).sum())
+    if missed:
+        out.append(f"{name}: its run filter rules out {missed} of its live records' keys")
     return out
 
 
@@ -202,11 +222,11 @@ def _filters(path: str, desc, name: str, out: list[str]) -> bytes | None:
     added to ``out``)."""
     if desc.filter_offset is None:
         return None
-    at = desc.filter_at
+    start, end = int(desc.filter_at[0]), desc.filter_end  # the blocks' filters, then the run filter
     with open(path, "rb") as f:
-        f.seek(int(at[0]))
-        data = f.read(int(at[-1] - at[0]))
-    if len(data) != at[-1] - at[0]:
+        f.seek(start)
+        data = f.read(end - start)
+    if len(data) != end - start:
         out.append(f"{name}: its file ends inside its key filters")
         return None
     return data

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -174,7 +175,16 @@ def test_runs_with_the_earlier_ten_bit_filters_still_read(tmp_path, monkeypatch,
     assert heads and all("filter" in h and "filter_bits" not in h for h in heads)
     arc.close()
     monkeypatch.undo()
-    with Archive(str(tmp_path / "a")) as arc:
+    _old_runs_read_and_an_update_adds_new_ones(str(tmp_path / "a"), oracle,
+                                               lambda heads: {h.get("filter_bits", 10) for h in heads} >= {16})
+
+
+def _old_runs_read_and_an_update_adds_new_ones(path: str, oracle: Oracle, new_heads: Callable[[list[dict]], bool]) -> None:
+    """The archive at ``path``, written as an earlier ebb wrote it: verify finds nothing, single
+    and batch probes return the oracle's rows, and after an update ``new_heads`` holds of the runs'
+    heads (its new runs written as today's ebb writes them, beside the old ones) and probes
+    still return the oracle's rows."""
+    with Archive(path) as arc:
         assert verify(arc)[0] == []
         reader = ArchiveReader(arc)
         keys = sorted({r["key"] for r in oracle.valid(20)})[::5]
@@ -182,9 +192,9 @@ def test_runs_with_the_earlier_ten_bit_filters_still_read(tmp_path, monkeypatch,
         for k in keys[::10]:
             assert rows_multiset(reader.probe(k, 20)) == oracle.probe(k, 20)
         new = [{"key": keys[0], "ts": 21, "exp": 30, "v": -1}]
-        arc.load(pa.Table.from_pylist(new), 22)  # its new runs get today's filters, beside the old ones
+        arc.load(pa.Table.from_pylist(new), 22)
         oracle.load(new, 22)
-        assert {h.get("filter_bits", 10) for h in _run_heads(arc)} >= {16}
+        assert new_heads(_run_heads(arc))
         for k in keys[::10]:
             assert rows_multiset(reader.probe(k, 22)) == oracle.probe(k, 22)
 
@@ -217,3 +227,120 @@ def test_filters_placed_by_the_wrong_bits_are_a_corruption_error_not_hidden_rows
         key = sorted({r["key"] for r in oracle.valid(20)})[0]
         with pytest.raises(CorruptionError, match="key filters end at byte"):
             ArchiveReader(arc).probe(key, 20)
+
+
+def _run_filter_of(arc, run_name: str) -> tuple[str, int, int, int]:
+    """(file path, where the run filter starts, where it ends, its first unit's index) of a run."""
+    with arc.snapshot() as snap:
+        desc = snap.descriptor(run_name)
+    start = int(desc.filter_at[-1])
+    return os.path.join(arc.data_dir, run_name), start, desc.filter_end, (start - desc.filter_offset) // key_filter.UNIT_BYTES
+
+
+def _runs(arc) -> list[str]:
+    with arc.snapshot() as snap:
+        return [r.name for sub in snap.state.subindices for r in sub.runs]
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_norebuild_runs_end_with_a_run_filter_over_all_their_keys(tmp_path, text):
+    """Each NoRebuild run's head names its run filter's units (10 bits a record over all its
+    records), the file ends with it, every valid key read from the run passes it, and few absent
+    keys do; Rebuild runs have none."""
+    from ebb.storage.disk_format import RUN_FILTER_BITS_PER_KEY
+    from ebb.storage.read_plan import Scan
+    for mode in ("norebuild", "rebuild"):
+        arc, _, rng = _archive(tmp_path / mode, text, mode)
+        heads = {h["name"]: h for h in _run_heads(arc)}
+        with arc.snapshot() as snap:
+            tasks = snap.plan(Scan(), 20)
+            for name in _runs(arc):
+                if mode == "rebuild":
+                    assert "run_filter" not in heads[name]
+                    continue
+                desc = snap.descriptor(name)
+                rows = int(desc.blocks["rows"].sum())
+                assert heads[name]["run_filter"] == key_filter.units(rows, RUN_FILTER_BITS_PER_KEY)
+                path, start, end, _ = _run_filter_of(arc, name)
+                assert os.path.getsize(path) == end == start + heads[name]["run_filter"] * key_filter.UNIT_BYTES
+                run_filter = open(path, "rb").read()[start:end]
+                keys = [b.column("key") for t in tasks if t.file == name for b in snap.read(t) if b.num_rows]
+                assert keys
+                assert key_filter.may_hold(run_filter, key_filter.key_hashes(pa.concat_arrays(keys))).all()
+                absent = pa.array([f"absent-{v}" for v in range(2000)]) if text else pa.array(rng.integers(10**6, 10**9, 2000))
+                assert key_filter.may_hold(run_filter, key_filter.key_hashes(absent)).mean() < 0.05
+        arc.close()
+
+
+def _damage_run_filters(paths: dict[str, tuple[int, int, int]], pristine: dict[str, bytes], forged: bool) -> None:
+    """Clears one set bit in every unit of each run's run filter; ``forged``: and writes each
+    unit's sum to match (a writer's bug, which only ``ebb verify`` can tell), else leaves the
+    sums as they were (damage on disk, which each unit's sum catches)."""
+    for path, (start, end, first_unit) in paths.items():
+        bad = bytearray(pristine[path])
+        for u, unit in enumerate(range(start, end, key_filter.UNIT_BYTES)):
+            bits = np.unpackbits(np.frombuffer(bad[unit:unit + 60], np.uint8), bitorder="little")
+            for i in np.flatnonzero(bits):  # every set bit: the unit then rules out every key
+                bad[unit + int(i) // 8] &= ~(1 << (int(i) % 8)) & 0xFF
+            if forged:
+                import xxhash
+                bad[unit + 60:unit + 64] = (xxhash.xxh3_64_intdigest(bytes(bad[unit:unit + 60]), first_unit + u)
+                                            & 0xFFFFFFFF).to_bytes(4, "little")
+        with open(path, "wb") as f:
+            f.write(bad)
+
+
+@needs_native
+@pytest.mark.parametrize("text", [False, True])
+def test_a_damaged_run_filter_never_hides_a_row(tmp_path, text):
+    """Every run filter of a NoRebuild archive emptied (every bit cleared), its sums left: single
+    and batch probes of every key still return the oracle's rows (each unit fails its sum, so the
+    run's sections are searched) and ``ebb verify`` reports the failing units. The same with the
+    sums rewritten to match (a writer's bug): the probes now skip the runs, so they lose rows,
+    which shows they consult the run filter; ``ebb verify`` reports the keys it rules out.
+    Restored, verify finds nothing."""
+    arc, oracle, _ = _archive(tmp_path, text, "norebuild")
+    names = _runs(arc)
+    paths = {}
+    for name in names:
+        path, start, end, first_unit = _run_filter_of(arc, name)
+        paths[path] = (start, end, first_unit)
+    arc.close()
+    pristine = {p: open(p, "rb").read() for p in paths}
+    keys = sorted({r["key"] for r in oracle.valid(20)})[::7]
+    want = sum((oracle.probe(k, 20) for k in keys), Counter())
+    for forged in (False, True):
+        _damage_run_filters(paths, pristine, forged)
+        with Archive(str(tmp_path / "a")) as arc:
+            problems, _ = verify(arc)
+            reader = ArchiveReader(arc)
+            many = rows_multiset(reader.probe_many(keys, 20))
+            single = sum((rows_multiset(reader.probe(k, 20)) for k in keys[::10]), Counter())
+        if not forged:
+            assert sum("units of its run filter fail their sums" in p for p in problems) == len(names), problems
+            assert many == want
+            assert single == sum((oracle.probe(k, 20) for k in keys[::10]), Counter())
+        else:
+            assert sum("its run filter rules out" in p for p in problems) == len(names), problems
+            assert not many and not single
+    for path, data in pristine.items():
+        with open(path, "wb") as f:
+            f.write(data)
+    with Archive(str(tmp_path / "a")) as arc:
+        assert verify(arc)[0] == []
+
+
+@needs_native
+def test_norebuild_runs_written_without_run_filters_still_read(tmp_path, monkeypatch):
+    """NoRebuild runs written before run filters (no "run_filter" in their heads) are searched
+    section by section as before: probes return the oracle's rows, verify finds nothing, and the
+    next update's run gets one beside them."""
+    from ebb.storage import maintenance
+    plain = maintenance.MaintenanceContext.writer
+    monkeypatch.setattr(maintenance.MaintenanceContext, "writer", lambda self, i, run_filter=False: plain(self, i))
+    arc, oracle, _ = _archive(tmp_path, False, "norebuild")
+    assert not any("run_filter" in h for h in _run_heads(arc))
+    arc.close()
+    monkeypatch.undo()
+    _old_runs_read_and_an_update_adds_new_ones(str(tmp_path / "a"), oracle,
+                                               lambda heads: any("run_filter" in h for h in heads))

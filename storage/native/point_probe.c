@@ -571,6 +571,8 @@ typedef struct {
     Py_buffer map, first, last, blocks, sections, page_start, sums, first_at, last_at, filter_at, filter_bytes;
     int have_map, have_sums, nbuf, text;  /* text: first and last are bytes, first_at and last_at their int64 offsets */
     int filters;  /* filter_bytes: the run's key filters (in memory); filter_at: where each block's starts, then the end */
+    Py_ssize_t run_units;  /* units of its run filter, the last of filter_bytes (0: none); run_unit0 the first's index */
+    uint64_t run_unit0;
     int fd;
     int64_t max_exp, first_live;
 } Run;
@@ -589,8 +591,8 @@ static int open_run(PyObject *t, Run *r) {
     PyObject *map, *first, *last, *blocks, *sections, *page_start, *sums, *first_at = Py_None, *last_at = Py_None,
              *filter_at = Py_None, *filter_bytes = Py_None;
     memset(r, 0, sizeof *r);
-    if (!PyArg_ParseTuple(t, "OiOOOOOO|OOOO", &map, &r->fd, &first, &last, &blocks, &sections, &page_start, &sums,
-                          &first_at, &last_at, &filter_at, &filter_bytes))
+    if (!PyArg_ParseTuple(t, "OiOOOOOO|OOOOn", &map, &r->fd, &first, &last, &blocks, &sections, &page_start, &sums,
+                          &first_at, &last_at, &filter_at, &filter_bytes, &r->run_units))
         return -1;
     r->have_sums = sums != Py_None;
     r->text = first_at != Py_None;
@@ -755,6 +757,23 @@ static int unit_may_hold(const uint8_t *bits, uint64_t index, uint64_t h) {
     return 1;
 }
 
+/* Whether run ``r`` may hold the key of hash ``h``: 0 only if its run filter (NoRebuild runs) says
+ * not, as a block's does (a unit that fails its sum is not trusted). */
+static int run_may_hold(const Run *r, uint64_t h) {
+    if (!r->run_units)
+        return 1;
+    uint64_t unit = ((h >> 32) * (uint64_t)r->run_units) >> 32;
+    return unit_may_hold((const uint8_t *)r->filter_bytes.buf + FILTER_UNIT * (r->run_unit0 + unit), r->run_unit0 + unit, h);
+}
+
+/* Asks for the run filter unit of each run the key of hash ``h`` reads (prefetch: the misses overlap). */
+static void ask_run_units(const Run *runs, Py_ssize_t nruns, uint64_t h) {
+    for (Py_ssize_t i = 0; i < nruns; i++)
+        if (runs[i].run_units)
+            __builtin_prefetch((const uint8_t *)runs[i].filter_bytes.buf +
+                               FILTER_UNIT * (runs[i].run_unit0 + (((h >> 32) * (uint64_t)runs[i].run_units) >> 32)));
+}
+
 /* The blocks of run ``r`` whose key range holds ``key``: [*start, *stop) of section ``s``
  * (read_plan.plan's choice, before max_exp and filters); 0 if none. */
 static int key_range(const Run *r, Py_ssize_t s, const Key *key, Py_ssize_t *start, Py_ssize_t *stop) {
@@ -804,16 +823,19 @@ static int admit(Probe *P, Run *runs, const Pending *q, int n, uint64_t h, int64
 
 /* The live blocks of each run whose key range holds ``key`` and whose key filter does not rule it
  * out. A NoRebuild run has a section per expiration slot, each spanning the key range, so a
- * probe checks hundreds of blocks' entries and filter units, mostly not in the CPU's caches:
- * they are asked for PENDING at a time before any is checked, so that the misses overlap. */
+ * probe would check hundreds of blocks' entries and filter units: its run filter is checked
+ * first, so only the runs that may hold the key are searched. Their blocks' entries and filter
+ * units, mostly not in the CPU's caches, are asked for PENDING at a time before any is checked,
+ * so that the misses overlap. */
 static int plan(Probe *P, Run *runs, Py_ssize_t nruns, const Key *key, int64_t as_of, int text, Error *err) {
     Py_ssize_t cap = 0, start, stop;
     uint64_t h = key_hash(key, text);
     Pending q[PENDING];
     int n = 0;
+    ask_run_units(runs, nruns, h);
     for (Py_ssize_t i = 0; i < nruns; i++) {
         Run *r = &runs[i];
-        if (r->max_exp <= as_of)
+        if (r->max_exp <= as_of || !run_may_hold(r, h))
             continue;
         for (Py_ssize_t s = 0; s + 1 < r->sections.len / 8; s++) {
             if (!key_range(r, s, key, &start, &stop))
@@ -1147,9 +1169,10 @@ static int batch_key(Batch *B, Run *runs, Py_ssize_t nruns, const Layout *L, con
     Pending q[PENDING];
     int n = 0;
     Py_ssize_t start, stop;
+    ask_run_units(runs, nruns, h);
     for (Py_ssize_t i = 0; i < nruns; i++) {
         Run *r = &runs[i];
-        if (r->max_exp <= as_of)
+        if (r->max_exp <= as_of || !run_may_hold(r, h))
             continue;
         for (Py_ssize_t s = 0; s + 1 < r->sections.len / 8; s++) {
             if (!key_range(r, s, key, &start, &stop))
@@ -1497,6 +1520,15 @@ static PyObject *prepared_run(PyObject *self, PyObject *args) {
                   offsets_fit(&r->first_at, r->first.len) && offsets_fit(&r->last_at, r->last.len);
     if (r->filters && r->filter_at.len != 8 * (nb + 1))
         keys_ok = 0;
+    if (!r->filters || !keys_ok || r->run_units < 0 || r->run_units > (1 << 30)) {
+        r->run_units = 0;
+    } else if (r->run_units) {  /* it follows the blocks' filters and ends them; elsewhere: not used (searched) */
+        int64_t at = ldi64((const uint8_t *)r->filter_at.buf + 8 * nb);
+        if (at < 0 || at % FILTER_UNIT || at + (int64_t)r->run_units * FILTER_UNIT != (int64_t)r->filter_bytes.len)
+            r->run_units = 0;
+        else
+            r->run_unit0 = (uint64_t)at / FILTER_UNIT;
+    }
     if (r->blocks.len != nb * ENTRY_BYTES || !keys_ok || r->page_start.len != 8 * (nb + 1) || r->sections.len % 8) {
         PyErr_SetString(PyExc_ValueError, "run arrays disagree");
         goto fail;
