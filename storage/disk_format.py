@@ -112,7 +112,7 @@ FILTER_BITS_PER_KEY = 16
 FILTER_BITS_UNNAMED = 10  # what runs written before descriptors named their filters' bits used
 # A NoRebuild run also ends with one filter over all its records (its descriptor's "run_filter": its
 # units), checked before any of its sections: a probe then searches the sections of only the runs that
-# may hold its key (about 1.2% of the others pass at 10 bits a record; each costs ~15 sections' checks)
+# may hold its key (about 1.1% of the others pass at 10 bits a record; each costs ~15 sections' checks)
 RUN_FILTER_BITS_PER_KEY = 10
 FILTER_PROBES = 7  # bits a key sets in its unit: from successive 9-bit fields of its hash's second mix
 FILTER_TEXT_MULTIPLIER = 0x100000001B3  # a string key's bytes fold as p = p * this + (byte + 1), mod 2**64

@@ -206,8 +206,9 @@ def test_measure_short_times_the_call_alone():
 
 
 def test_latency_probes_pause_between_stretches_outside_the_timed_span(monkeypatch):
-    """``time_probes`` with a stretch pauses after every ``stretch`` probes, and no pause is inside
-    a probe's time: the spread that keeps one slow episode of the machine off one store's probes."""
+    """``time_probes`` with a stretch pauses after every ``stretch`` probes, then probes the key
+    before again, untimed and not counted; no pause is inside a probe's time: the spread that keeps
+    one slow episode of the machine off one store's probes, without timing after-idle probes."""
     from ebb.tools import run_config
     from ebb.tools.store import ReadResult
 
@@ -220,7 +221,8 @@ def test_latency_probes_pause_between_stretches_outside_the_timed_span(monkeypat
 
     monkeypatch.setattr(run_config.time, "sleep", lambda s: events.append(("sleep", s)))
     times, rows, seq = run_config.time_probes(Store(), [1, 2, 3, 4, 5], 0, stretch=2, gap_s=0.5)
-    assert events == [("probe", 1), ("probe", 2), ("sleep", 0.5), ("probe", 3), ("probe", 4), ("sleep", 0.5), ("probe", 5)]
+    assert events == [("probe", 1), ("probe", 2), ("sleep", 0.5), ("probe", 2), ("probe", 3), ("probe", 4),
+                      ("sleep", 0.5), ("probe", 4), ("probe", 5)]
     assert len(times) == 5 and rows == 5 and seq == 15
     events.clear()
     run_config.time_probes(Store(), [1, 2, 3], 0)  # no stretch: no pause

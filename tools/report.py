@@ -237,7 +237,8 @@ one in large sequential reads, skipping wholly expired blocks and dropping expir
 never rewrites a record: an update adds one run per touched sub-index, sectioned by expiration slot,
 and deleting a slot moves a run's first live block past its expired sections (a run with no live
 block is dropped). Reads are planned from the descriptors alone: a probe visits the blocks holding
-its key (one stretch per live run and section) and reads only the pages it uses, each checked by
+its key (one stretch per live section of each run that may hold it: a NoRebuild run's filter over all
+its keys rules most runs out first) and reads only the pages it uses, each checked by
 its page sum, with read-ahead off; a scan reads runs in large sequential requests, and every block
 it reads whole is checked against its checksum before it is decoded.
 """
@@ -307,10 +308,9 @@ def _latency_section(s: pd.DataFrame) -> str:
     from .run_config import LATENCY_BUDGET_S, LATENCY_MIN_PROBES, LATENCY_PROBES, LATENCY_STRETCH
 
     gaps = set(lat.latency_gap_s.fillna(0.0)) if "latency_gap_s" in lat.columns else {0.0}
-    spread = (f"in stretches of {LATENCY_STRETCH} probes {gaps.pop():g} s apart (each stretch's first probes come "
-              "after that idle time, which slows them on this machine (Machine, above); with "
-              f"{LATENCY_PROBES // LATENCY_STRETCH} stretches they are about the slowest 1%, so the p99 column includes "
-              "them for every store)" if len(gaps) == 1 and 0.0 not in gaps
+    spread = (f"in stretches of {LATENCY_STRETCH} probes {gaps.pop():g} s apart (after each pause, one untimed "
+              "probe of a key already timed, since code idle for a while runs slower on this machine: Machine, above)"
+              if len(gaps) == 1 and 0.0 not in gaps
               else "in one stretch a store" if gaps == {0.0} else "in one stretch for some stores, in stretches for others")
 
     text = ("### Library-level probe latency\n\n"
@@ -466,8 +466,8 @@ def claim_rebuild_vs_norebuild(s: pd.DataFrame, label: str) -> str:
             f"{len(prb)} (NoRebuild/Rebuild probe time {', '.join(_f(p) for p in prb)}). NoRebuild writes "
             "an update's new records once, as one new run per touched sub-index sectioned by expiration slot, and "
             "deletes by dropping whole sections, while Rebuild rewrites each touched sub-index as one run; a "
-            "NoRebuild probe reads one stretch of blocks per live (run, section) of a sub-index, a Rebuild probe "
-            "one stretch per sub-index.\n\n")
+            "NoRebuild probe reads one stretch of blocks per live section of each run of a sub-index that its run "
+            "filter does not rule out, a Rebuild probe one stretch per sub-index.\n\n")
     return text + _table(["G x E", "Rebuild update s", "NoRebuild update s", "ratio", "Rebuild probe s", "NoRebuild probe s",
                           "ratio", "NoRebuild blocks/probe", "Rebuild blocks/probe"], rows) + "\n"
 
@@ -752,7 +752,8 @@ PROTOCOL = """## Protocol
   so repeating it is harmless); before that change the harness's overhead was most of a SQLite or LMDB
   probe (about 10 us alone, 0.09 ms in the harness, on a many-keys store). After the last update
   every store also answers 2,000 probes of random keys (the same keys for every store), in stretches
-  of 200 half a second apart (runs before that change: in one stretch; each table says which),
+  of 200 half a second apart, each pause followed by one untimed probe (runs before that change: in
+  one stretch; each table says which),
   each timed alone, whose median and 99th percentile are the "probe p50/p99 µs" columns (library-level probe
   latency). ebb's store reads through an `ArchiveReader` opened from the archive's path, with its own
   in-process read state, as `ebb serve` does: an update does not prepare the reader's view of the

@@ -23,7 +23,7 @@ repeated through ``measure`` for its I/O and memory (``measure_short``). After t
 ``LATENCY_PROBES`` probes of random keys (``Workload.random_keys``, the same for every store; at
 least ``LATENCY_MIN_PROBES`` of them if they take over ``LATENCY_BUDGET_S`` in all), each timed
 alone, in stretches of ``LATENCY_STRETCH`` half a second apart (so that the machine's slow
-episodes do not land on one store's probes whole), give one ``probe_latency`` row (not in the progress count): ``probes`` is how many,
+episodes do not land on one store's probes whole; each pause is followed by one untimed probe), give one ``probe_latency`` row (not in the progress count): ``probes`` is how many,
 ``wall_s`` their mean time, ``p50_s`` and ``p99_s`` their median and 99th percentile,
 ``rows``/``seq_sum`` the totals of their answers, and the I/O and memory columns those of the
 first ``LATENCY_MEASURED_PROBES`` of them run again through ``measure``. ebb's store
@@ -151,8 +151,10 @@ def time_probes(store: Store, keys: list, at: int, budget_s: float | None = None
     (nothing else inside the timed span) and its answer consumed (rows counted, ``seq`` summed by
     the store). With ``budget_s``, stops early once at least ``min_probes`` are done and the probes
     have taken longer than that in all. With ``stretch``, pauses ``gap_s`` (untimed) after every
-    ``stretch`` probes. Returns the times in seconds of the probes done, and their total rows and
-    ``seq`` sum."""
+    ``stretch`` probes, then probes the last key again untimed (its answer not counted): code
+    idle for a while runs several times slower on this machine (docs/benchmarks.md, Machine), and
+    the pause is the measurement's, not the store's. Returns the times in seconds of the probes
+    done, and their total rows and ``seq`` sum."""
     times = np.empty(len(keys))
     rows = seq = 0
     spent = 0.0
@@ -162,6 +164,7 @@ def time_probes(store: Store, keys: list, at: int, budget_s: float | None = None
             return times[:i], rows, seq
         if stretch and i and i % stretch == 0:
             time.sleep(gap_s)
+            store.probe(keys[i - 1], at)
         t0 = clock()
         res = store.probe(key, at)
         times[i] = dt = clock() - t0
