@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 import pytest
+import xxhash
 from hypothesis import given, settings, strategies as st
 
 from ebb.query.reader import ArchiveReader
@@ -273,9 +274,10 @@ def test_norebuild_runs_end_with_a_run_filter_over_all_their_keys(tmp_path, text
 
 
 def _damage_run_filters(paths: dict[str, tuple[int, int, int]], pristine: dict[str, bytes], forged: bool) -> None:
-    """Clears one set bit in every unit of each run's run filter; ``forged``: and writes each
-    unit's sum to match (a writer's bug, which only ``ebb verify`` can tell), else leaves the
-    sums as they were (damage on disk, which each unit's sum catches)."""
+    """Clears every set bit of each run's run filter (so that, trusted, it would rule out every
+    key); ``forged``: and writes each unit's sum to match (a writer's bug, which only ``ebb
+    verify`` can tell), else leaves the sums as they were (damage on disk, which each unit's sum
+    catches)."""
     for path, (start, end, first_unit) in paths.items():
         bad = bytearray(pristine[path])
         for u, unit in enumerate(range(start, end, key_filter.UNIT_BYTES)):
@@ -283,7 +285,6 @@ def _damage_run_filters(paths: dict[str, tuple[int, int, int]], pristine: dict[s
             for i in np.flatnonzero(bits):  # every set bit: the unit then rules out every key
                 bad[unit + int(i) // 8] &= ~(1 << (int(i) % 8)) & 0xFF
             if forged:
-                import xxhash
                 bad[unit + 60:unit + 64] = (xxhash.xxh3_64_intdigest(bytes(bad[unit:unit + 60]), first_unit + u)
                                             & 0xFFFFFFFF).to_bytes(4, "little")
         with open(path, "wb") as f:
