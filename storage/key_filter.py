@@ -80,39 +80,59 @@ def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return _mix(folded)
 
 
+_SHIFTS = np.arange(PROBES, dtype=np.uint64) * np.uint64(9)  # a key's PROBES 9-bit fields of its second mix
+_UNIT_ALL_BITS = UNIT_BYTES * 8  # a unit's bits with its sum's (a scatter sets only the first UNIT_BITS)
+
+
 def _positions(hashes: np.ndarray, unit_count) -> tuple[np.ndarray, np.ndarray]:
-    """For each hash: its unit (of ``unit_count``) and its PROBES bit positions in the unit."""
+    """For each hash: its unit (of ``unit_count``, an int or one per hash) and its PROBES bit
+    positions in the unit (uint32: the (n, PROBES) temporaries stay small, as they are the
+    cost of building a filter)."""
     with np.errstate(over="ignore"):
         unit = ((hashes >> np.uint64(32)) * np.asarray(unit_count, np.uint64)) >> np.uint64(32)
         second = _mix(hashes)
-    shifts = np.arange(PROBES, dtype=np.uint64) * np.uint64(9)
-    fields = (second[:, None] >> shifts) & np.uint64(511)
-    return unit.astype(np.int64), ((fields * np.uint64(UNIT_BITS)) >> np.uint64(9)).astype(np.int64)
+    fields = (second[:, None] >> _SHIFTS).astype(np.uint32) & np.uint32(511)
+    return unit.astype(np.int64), (fields * np.uint32(UNIT_BITS)) >> np.uint32(9)
+
+
+def filters(hashes: np.ndarray, block_rows, first_unit: int, bits: int = BITS_PER_KEY) -> bytes:
+    """The filters of consecutive blocks of ``block_rows`` rows whose keys have ``hashes`` (one a
+    row, in block order), one after another: ``block_filter`` of each block, built in one pass.
+    The first block's first unit is unit ``first_unit`` of its run (each unit's sum is seeded
+    with its index)."""
+    rows = np.asarray(block_rows, np.int64)
+    counts = units(rows, bits)
+    total = int(counts.sum())
+    unit, at = _positions(hashes, np.repeat(counts, rows))
+    unit += np.repeat(np.cumsum(counts) - counts, rows)  # each block's units follow the last's
+    flat = np.zeros(total * _UNIT_ALL_BITS, bool)
+    index = np.uint32 if total * _UNIT_ALL_BITS < 2**32 else np.int64
+    flat[(unit.astype(index)[:, None] * index(_UNIT_ALL_BITS) + at).ravel()] = True
+    packed = np.packbits(flat.reshape(total, _UNIT_ALL_BITS), axis=1, bitorder="little")
+    packed[:, _BITS_BYTES:] = _sums(packed.tobytes(), first_unit).view(np.uint8).reshape(total, SUM_BYTES)
+    return packed.tobytes()
+
+
+def _sums(filter_bytes: bytes, first_unit: int) -> np.ndarray:
+    """Each unit's sum as its bits are (the first unit being unit ``first_unit`` of its run)."""
+    digest, step = xxhash.xxh3_64_intdigest, UNIT_BYTES
+    return np.array([digest(filter_bytes[at:at + _BITS_BYTES], first_unit + u) & 0xFFFFFFFF
+                     for u, at in enumerate(range(0, len(filter_bytes), step))], "<u4")
 
 
 def block_filter(hashes: np.ndarray, first_unit: int, bits: int = BITS_PER_KEY) -> bytes:
     """The filter of a block whose keys have ``hashes`` (one a row): ``units(len(hashes), bits)``
     units, the first of them unit ``first_unit`` of its run (each unit's sum is seeded with its
     index)."""
-    count = int(units(len(hashes), bits))
-    unit, bits = _positions(hashes, count)
-    flat = np.zeros((count, UNIT_BYTES * 8), bool)
-    flat[unit[:, None], bits] = True
-    packed = np.packbits(flat, axis=1, bitorder="little")
-    digest = xxhash.xxh3_64_intdigest
-    sums = [digest(row[:_BITS_BYTES].tobytes(), first_unit + u) & 0xFFFFFFFF for u, row in enumerate(packed)]
-    packed[:, _BITS_BYTES:] = np.array(sums, "<u4").view(np.uint8).reshape(count, SUM_BYTES)
-    return packed.tobytes()
+    return filters(hashes, [len(hashes)], first_unit, bits)
 
 
 def sums_hold(filter_bytes, first_unit: int) -> np.ndarray:
     """Whether each unit of ``filter_bytes`` (the first being unit ``first_unit`` of its run)
     passes its sum (``ebb verify``; a probe does not trust a unit that fails)."""
     units_of = np.frombuffer(filter_bytes, np.uint8).reshape(-1, UNIT_BYTES)
-    digest = xxhash.xxh3_64_intdigest
     stored = units_of[:, _BITS_BYTES:].copy().view("<u4").ravel()
-    return np.array([digest(row[:_BITS_BYTES].tobytes(), first_unit + u) & 0xFFFFFFFF for u, row in enumerate(units_of)],
-                    np.uint32) == stored
+    return _sums(bytes(filter_bytes), first_unit) == stored
 
 
 def may_hold(filter_bytes, hashes: np.ndarray) -> np.ndarray:

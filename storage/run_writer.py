@@ -52,13 +52,9 @@ class RunWriter:
     def add(self, table: pa.Table, slots: np.ndarray | None = None) -> None:
         """Appends records sorted by (slot, key, exp), continuing the order of earlier calls."""
         key, ts, exp = self._cols
-        hashes, row = key_filter.key_hashes(table.column(key)), 0
-        if self._hashes is not None:
-            self._hashes.append(hashes)
+        block_rows = []
         for blk in encode_blocks(table, key, ts, exp, self._block_bytes, PAGE_BYTES, slots):
-            self._filters.append(key_filter.block_filter(hashes[row:row + blk.rows], self._units, FILTER_BITS_PER_KEY))
-            self._units += int(key_filter.units(blk.rows, FILTER_BITS_PER_KEY))
-            row += blk.rows
+            block_rows.append(blk.rows)
             pad = -self._file.size % PAGE_BYTES
             if pad and blk.entry.length >= ALIGNED_BLOCK_BYTES:
                 self._file.write(bytes(pad))
@@ -68,6 +64,12 @@ class RunWriter:
             self._sums.append(blk.sums)
             self._file.write(blk.data)
             crash_point("run.block_written")
+        hashes = key_filter.key_hashes(table.column(key))
+        if self._hashes is not None:
+            self._hashes.append(hashes)
+        if block_rows:  # the filters of this call's blocks, built at once (a call per block costs more than its bits)
+            self._filters.append(key_filter.filters(hashes, block_rows, self._units, FILTER_BITS_PER_KEY))
+            self._units += int(key_filter.units(np.array(block_rows), FILTER_BITS_PER_KEY).sum())
 
     def finish(self, sync: bool = True) -> RunDescriptor:
         """Writes the key filters, closes the file and returns its descriptor. ``sync``: fsync it

@@ -58,6 +58,38 @@ def test_no_false_negatives_and_few_false_positives(text):
         assert rate < (0.05 if rows >= 300 else 0.2), (rows, rate)
 
 
+def _filter_key_by_key(hashes: np.ndarray, first_unit: int, bits: int) -> bytes:
+    """One block's filter built a key at a time, as docs/format.md states it (the oracle)."""
+    count = int(key_filter.units(len(hashes), bits))
+    units = [bytearray(key_filter.UNIT_BYTES) for _ in range(count)]
+    for h in hashes.tolist():
+        second = int(key_filter._mix(np.array([h], np.uint64))[0])
+        unit = ((h >> 32) * count) >> 32
+        for i in range(key_filter.PROBES):
+            bit = (((second >> (9 * i)) & 511) * key_filter.UNIT_BITS) >> 9
+            units[unit][bit >> 3] |= 1 << (bit & 7)
+    for u, unit in enumerate(units):
+        body = bytes(unit[:key_filter.UNIT_BITS // 8])
+        unit[key_filter.UNIT_BITS // 8:] = (xxhash.xxh3_64_intdigest(body, first_unit + u) & 0xFFFFFFFF).to_bytes(4, "little")
+    return b"".join(units)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 400), min_size=1, max_size=5), st.integers(0, 10**6), st.sampled_from([10, 16]),
+       st.integers(0, 2**32))
+def test_filters_of_several_blocks_are_each_blocks_filter_built_key_by_key(block_rows, first_unit, bits, seed):
+    """``filters`` (a writer's blocks at once, vectorised) is each block's filter built a key at a
+    time, one after another, each block's units numbered on from the last's; its sums hold."""
+    hashes = key_filter._mix(np.random.default_rng(seed).integers(0, 2**63, sum(block_rows)).astype(np.uint64))
+    want, at, unit = [], 0, first_unit
+    for rows in block_rows:
+        want.append(_filter_key_by_key(hashes[at:at + rows], unit, bits))
+        at, unit = at + rows, unit + int(key_filter.units(rows, bits))
+    got = key_filter.filters(hashes, block_rows, first_unit, bits)
+    assert got == b"".join(want)
+    assert key_filter.sums_hold(got, first_unit).all()
+
+
 needs_native = pytest.mark.skipif(not point_probe.NATIVE, reason="the native point probe is not built")
 
 
@@ -212,8 +244,8 @@ def test_filters_placed_by_the_wrong_bits_are_a_corruption_error_not_hidden_rows
             return getattr(key_filter, name)
 
         @staticmethod
-        def block_filter(hashes, first_unit, bits):
-            return key_filter.block_filter(hashes, first_unit, 16)
+        def filters(hashes, block_rows, first_unit, bits):
+            return key_filter.filters(hashes, block_rows, first_unit, 16)
 
         @staticmethod
         def units(rows, bits):
