@@ -169,7 +169,18 @@ def _measured_line(machines: dict[str, dict]) -> str:
             "(details under Machine below).")
     if len(by_commit) > 1:
         text += " The workloads were measured on different commits, so comparisons across them mix code versions."
+    if len({mm.get("kernel") for mm in machines.values() if mm}) > 1:  # each VM build its own kernel
+        text += (" Not every workload ran on this machine (the first of them): the Runs line under Machine names "
+                 "each one's, and figures compare only within a workload.")
     return text + "\n"
+
+
+def _machine_of(m: dict) -> str:
+    """A run's machine in a few words: its kernel and the disk bandwidth measured in that run."""
+    disk = m.get("disk") or {}
+    read, write = disk.get("seq_read_Bps"), disk.get("seq_write_Bps")
+    bw = f", disk {read / 1e9:.2f}/{write / 1e9:.2f} GB/s read/write" if read and write else ""
+    return f"Linux {m.get('kernel')}{bw}"
 
 
 def _headline(w: str, s: pd.DataFrame, machine: dict) -> str:
@@ -274,7 +285,8 @@ def _machine_section(machines: dict[str, dict]) -> str:
                  "(`ebb bench library`), or spread over seconds (the latency tables)")
     cold = m.get("cold_cache_problem")
     lines.append(f"- Cold-cache runs: {'not possible: ' + cold if cold else 'yes (root; every store closed, then sync + drop_caches before each cold operation)'}")
-    per = [f"{w}: {mm.get('when')}, load average at start {mm.get('load_average_at_start')}" for w, mm in machines.items() if mm]
+    per = [f"{w}: {mm.get('when')}, {_machine_of(mm)}, load average at start {mm.get('load_average_at_start')}"
+           for w, mm in machines.items() if mm]
     if per:
         lines.append("- Runs: " + "; ".join(per))
     return "\n".join(lines) + "\n"
