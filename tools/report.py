@@ -169,7 +169,7 @@ def _measured_line(machines: dict[str, dict]) -> str:
             "(details under Machine below).")
     if len(by_commit) > 1:
         text += " The workloads were measured on different commits, so comparisons across them mix code versions."
-    if len({mm.get("kernel") for mm in machines.values() if mm}) > 1:  # each VM build its own kernel
+    if len({mm.get("kernel") for mm in machines.values() if mm}) > 1:  # each VM build has its own kernel
         text += (" Not every workload ran on this machine (the first of them): the Runs line under Machine names "
                  "each one's, and figures compare only within a workload.")
     return text + "\n"
