@@ -55,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..storage.errors import EbbError, UsageError
 
@@ -415,18 +415,25 @@ class Deployment:
         self.stopped.discard(name)
         self.note(f"{name} started (pid {p.pid}): {' '.join(argv[1:])}")
 
-    def stop(self, name: str, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> None:
+    def stop(self, name: str, sig: int = signal.SIGTERM, wait_s: float = 30.0, every_s: Callable[[], object] | None = None) -> None:
         """SIGKILL goes to the whole group; another signal to the process alone, which then has
-        ``wait_s`` to exit (a JVM of its own included) before the group is killed."""
+        ``wait_s`` to exit (a JVM of its own included) before the group is killed. ``every_s``
+        is called about once a second while it winds down."""
         p = self.procs[name]
         self.stopped.add(name)
         if sig == signal.SIGKILL:
             _signal_group(p, sig)
         elif p.poll() is None:
             p.send_signal(sig)
-        try:
-            p.wait(wait_s)
-        except subprocess.TimeoutExpired:
+        deadline = time.time() + wait_s
+        while p.poll() is None and time.time() < deadline:
+            if every_s:
+                every_s()
+            try:
+                p.wait(max(0.0, min(1.0, deadline - time.time())))
+            except subprocess.TimeoutExpired:
+                pass
+        if p.poll() is None:
             self.note(f"{name} still running {wait_s:.0f} s after signal {sig}: SIGKILL")
         _signal_group(p, signal.SIGKILL)
         p.wait()
@@ -531,7 +538,8 @@ class Soak:
         until the tick of its last reading is committed and stops the scheduler at once, so the
         archive ends with the most readings live; then the clients and the server."""
         s = self.s
-        self.d.stop("analysis", wait_s=s.analysis_every + 120)
+        # sampled meanwhile: ticks go on committing, and the update log keeps only retain/delta of them
+        self.d.stop("analysis", wait_s=s.analysis_every + 120, every_s=self.sample_due)
         self.d.stop("producer")
         last_tick = -(-max(int(r["max_t"]) for r in self.ledger()) // s.delta) * s.delta
         try:  # not reached: the checks say what is missing
@@ -590,6 +598,11 @@ class Soak:
         row["rss_anon_scheduler_jvm_mb"] = _rss_anon_mb(jvm) if jvm else None
         self.samples.append(row)
         return row
+
+    def sample_due(self) -> None:
+        """A sample, if ``sample_s`` has passed since the last."""
+        if not self.samples or time.time() >= self.samples[-1]["wall"] + self.s.sample_s:
+            self.sample()
 
     def archive_sample(self) -> dict:
         """The archive's side of a sample (nothing before it exists). Records the inserted count
@@ -867,10 +880,12 @@ class Verdict:
         """RssAnon of the scheduler and the server: the mean over the last third of the steady
         phase at most 10% above the mean over a third of it from D/6 on (minutes 20-30 against
         5-15 of 30), or from when the restarted scheduler has loaded readings again if that is
-        later (its Spark session starts first, a warm-up, not growth)."""
+        later (its Spark session starts first, a warm-up, not growth). If that leaves less than
+        two thirds of the phase, the two windows halve what is left."""
         D = self.s.steady_s
         lo = max(D / 6, self.warm_again())
-        early, late = (lo, lo + D / 3), (max(2 * D / 3, lo + D / 3), D)
+        w = min(D / 3, (D - lo) / 2)
+        early, late = (lo, lo + w), (D - w, D)
         parts, ok = [], True
         for name in ("scheduler", "server"):
             a, b = self.mean(f"rss_anon_{name}_mb", *early), self.mean(f"rss_anon_{name}_mb", *late)
