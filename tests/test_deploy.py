@@ -158,15 +158,13 @@ def test_the_container_health_check(tmp_path):
     assert r.returncode == 1 and "unhealthy" in r.stderr
 
 
-def test_the_container_command_runs_the_demo(tmp_path):
-    """ENTRYPOINT + CMD without tini (which only forwards signals): `ebb demo`, as the image runs it."""
+def test_the_container_command_is_the_demo():
+    """ENTRYPOINT + CMD: `ebb demo` under tini (which only forwards signals). The demo as the image
+    and the README run it (no arguments) runs in CI from the built wheel (.ci/run); a smaller one
+    in test_cli.py."""
     instr = dockerfile()
     argv = json.loads(instr["ENTRYPOINT"]) + json.loads(instr["CMD"])
-    assert argv[:3] == ["/usr/bin/tini", "--", "ebb"]
-    r = subprocess.run([sys.executable, "-m", "ebb.tools.cli", *argv[3:]], capture_output=True, text=True,
-                       env={**os.environ, "TMPDIR": str(tmp_path)}, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "tick" in r.stdout and "probe" in r.stdout, r.stdout[-2000:]
+    assert argv == ["/usr/bin/tini", "--", "ebb", "demo"]
 
 
 def ops_examples() -> list[tuple[str, str]]:

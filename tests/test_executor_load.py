@@ -22,7 +22,7 @@ from ebb.storage.archive import Archive
 from jobs import join_job, land_join_inputs
 from support import Oracle, archive_answers, ebb
 
-TICKS = 7
+TICKS = 5
 T_END = 40 + (TICKS - 1) * 5
 PROBES = (0, 3, 7)
 RANGES = ((2, 9), (11, 40))

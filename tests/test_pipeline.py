@@ -55,7 +55,7 @@ def all_files(job):
             for n, s in job.sources.items()}
 
 
-@pytest.mark.parametrize("query,sources,ticks,mode", [(SLIDING_JOIN, ("clicks", "views"), 12, "rebuild"),
+@pytest.mark.parametrize("query,sources,ticks,mode", [(SLIDING_JOIN, ("clicks", "views"), 8, "rebuild"),
                                                       (AGGREGATE, ("clicks",), 8, "norebuild"),
                                                       (DISTINCT, ("clicks",), 8, "rebuild")],
                          ids=["join", "aggregate", "distinct"])

@@ -76,8 +76,9 @@ def test_pandas_parquet_with_nanosecond_timestamps_loads_unchanged(spark, tmp_pa
     written.to_parquet(tmp_path / "landing" / "part-0.parquet")  # pandas' defaults: timestamp[ns]
     assert pq.read_schema(tmp_path / "landing" / "part-0.parquet").field("t").type.unit == "ns"
     assert _archived(tmp_path, "parquet") == _expected(df)
-    r = ebb("explain", tmp_path / "job.toml")
-    assert r.returncode == 0, r.stderr
+    if zone:  # a process of its own (a JVM start): once, on the harder file
+        r = ebb("explain", tmp_path / "job.toml")
+        assert r.returncode == 0, r.stderr
 
 
 def test_csv_text_with_nanoseconds_and_json_epoch_milliseconds(spark, tmp_path):
