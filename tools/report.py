@@ -275,8 +275,8 @@ def _machine_section(machines: dict[str, dict]) -> str:
                      "which the kernel's read-ahead keeps several requests ahead, can read faster, and on a "
                      "virtual machine the host may also cache the virtual disk (a cold scan above 100% of it "
                      "says so)")
-    lines.append("- Short timings on the 2-core virtual machine these figures came from (measured 2026-11-27, outside "
-                 "the runs): for 0.25-2 s at a time, at random, everything ran 1.5-2x slower (the p50 of warm probes "
+    lines.append("- Short timings on the 2-core virtual machine of the thesis-small run (Linux 6.18.44-fc-v595; "
+                 "measured 2026-11-27, outside the runs): for 0.25-2 s at a time, at random, everything ran 1.5-2x slower (the p50 of warm probes "
                  "per quarter second went from 21-23 to 32-49 µs, C and Python alike; the guest sees no steal time); "
                  "and code that has not run for a few milliseconds runs several times slower than when repeated back "
                  "to back (a 200-term Python sum: 3.3 µs back to back, 7 µs after 0.5 ms of other work, 22-25 µs after "
