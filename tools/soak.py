@@ -415,9 +415,10 @@ class Deployment:
         self.stopped.discard(name)
         self.note(f"{name} started (pid {p.pid}): {' '.join(argv[1:])}")
 
-    def stop(self, name: str, sig: int = signal.SIGTERM, wait_s: float = 30.0, every_s: Callable[[], object] | None = None) -> None:
+    def stop(self, name: str, sig: int = signal.SIGTERM, wait_s: float = 30.0,
+             while_waiting: Callable[[], object] | None = None) -> None:
         """SIGKILL goes to the whole group; another signal to the process alone, which then has
-        ``wait_s`` to exit (a JVM of its own included) before the group is killed. ``every_s``
+        ``wait_s`` to exit (a JVM of its own included) before the group is killed. ``while_waiting``
         is called about once a second while it winds down."""
         p = self.procs[name]
         self.stopped.add(name)
@@ -427,8 +428,8 @@ class Deployment:
             p.send_signal(sig)
         deadline = time.time() + wait_s
         while p.poll() is None and time.time() < deadline:
-            if every_s:
-                every_s()
+            if while_waiting:
+                while_waiting()
             try:
                 p.wait(max(0.0, min(1.0, deadline - time.time())))
             except subprocess.TimeoutExpired:
@@ -539,7 +540,7 @@ class Soak:
         archive ends with the most readings live; then the clients and the server."""
         s = self.s
         # sampled meanwhile: ticks go on committing, and the update log keeps only retain/delta of them
-        self.d.stop("analysis", wait_s=s.analysis_every + 120, every_s=self.sample_due)
+        self.d.stop("analysis", wait_s=s.analysis_every + 120, while_waiting=self.sample_due)
         self.d.stop("producer")
         last_tick = -(-max(int(r["max_t"]) for r in self.ledger()) // s.delta) * s.delta
         try:  # not reached: the checks say what is missing
