@@ -289,10 +289,9 @@ def test_plan_schedule():
     assert p.ops_per_config() == 1 + 12 + 12 + 6 + 2 + 2
 
 
-# every technique (wave R/D x ins/exp; doubly Rebuild/NoRebuild x round-robin/chronological/random),
-# Figure 4.4's 4x4/2x8/8x2 and every peer: the quick workload's default set less its repeats
-# each family, mode and partitioning once, the three shapes of Figure 4.4, and every peer (one
-# process each)
+# a subset of the quick workload's default set, one process each: both wave families (R by
+# insertion, D by expiration), Rebuild and NoRebuild, each doubly partitioning (round-robin,
+# chronological, random), Figure 4.4's 4x4/2x8/8x2 and every peer
 QUICK_CONFIGS = ["R-ins4", "D-exp4", "Rebuild4x4", "Rebuild2x8", "Rebuild8x2", "NoRebuild3x3", "Rebuild2x2-chr",
                  "NoRebuild2x2-rand", "sqlite", "duckdb", "lmdb", "rocksdb", "parquet"]
 
