@@ -457,6 +457,42 @@ def test_report_shows_library_level_probe_latency(tmp_path):
     assert "### Library-level probe latency" not in text and "| Rebuild2x2 | 1.30 | 2.00 | 0.014 | 0.05 | - | - |" in text
 
 
+def test_one_layout_section_names_each_measure_it_loses(tmp_path):
+    """A run published with --one-layout lands in docs/benchmarks/one-layout/, leaves the
+    workload's own summary alone, and the section gives the named layout's figure against the
+    fastest peer per measure, saying which measures it is behind on and by how much."""
+    from ebb.tools import report
+    from ebb.tools.plan import Plan
+
+    names = ["D-ins4", "NoRebuild2x2", "sqlite", "lmdb"]
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "machine.json").write_text(json.dumps(DISK))
+    ops = pd.DataFrame([{"config": n, "op": "probe_latency", "wall_s": 3e-5, "p50_s": 1e-5 * (i + 1),
+                         "p99_s": 4e-5, "probes": 2000} for i, n in enumerate(names)])
+    ops.to_csv(out / "ops.csv", index=False)
+    # D-ins4 (the made-up summary's ebb layouts are 2x faster than the peers) loses one measure:
+    # its cold probe takes 5x lmdb's
+    s = _summary("many-keys", names, probe_cold_s={"D-ins4": 0.3, "lmdb": 0.06})
+    plan = Plan.create("many-keys", names, out, updates=4, scan_every=1, cold_every=2)
+    docs = tmp_path / "docs"
+    report.publish(plan, s, docs, one_layout="D-ins4")
+    d = docs / "benchmarks" / "one-layout"
+    assert sorted(p.name for p in d.iterdir()) == ["machine-many-keys.json", "plan-many-keys.json", "summary-many-keys.csv"]
+    assert not (docs / "benchmarks" / "summary-many-keys.csv").exists()
+    text = (docs / "benchmarks.md").read_text()
+    section = text.split("## One layout against every peer", 1)[1].split("\n## ", 1)[0]
+    assert "### many-keys: D-ins4" in section and "abc123def456" in section
+    assert "| probe (cold) | 0.3 | lmdb 0.06 | 5.00 | **behind** |" in section
+    assert "| update (warm) | 1.40 | sqlite 2.00 | 0.7 | ahead |" in section
+    assert "| probe p50 | 10.0 | sqlite 30.0 | 0.333 | ahead |" in section
+    assert "D-ins4 is behind on: probe (cold) 5.00x lmdb." in section
+    assert "Also run (in the workload table's columns): NoRebuild2x2." in section
+    # no measure lost: said so
+    report.publish(plan, _summary("many-keys", names), docs, one_layout="D-ins4")
+    assert "D-ins4 is at or ahead of every peer on every measure." in (docs / "benchmarks.md").read_text()
+
+
 def _periodic_run(out: Path, random_gain: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A made-up periodic run of 8 updates written to ``out``/ops.csv: round-robin's update time
     doubles on every burst slot and its largest sub-index holds 2.4x the mean; random allocation

@@ -64,6 +64,26 @@ def vs_peers(s: pd.DataFrame) -> list[dict]:
     return out
 
 
+# issue 25's "one layout, no trade-off": the timed measures plus the library-level probe latency
+ONE_LAYOUT_MEASURES = MEASURES + (("probe_p50_s", "probe p50", "warm"), ("probe_p99_s", "probe p99", "warm"))
+
+
+def one_layout_vs_peers(s: pd.DataFrame, layout: str) -> list[dict]:
+    """Per measure of ONE_LAYOUT_MEASURES: ``layout``'s value (``value``), the fastest peer's row
+    (``peer``, None if no peer has the measure) and layout / that peer (``ratio``, NaN if missing:
+    at most 1 = at or ahead of every peer)."""
+    row = s[s.config == layout]
+    out = []
+    for col, op, cache in ONE_LAYOUT_MEASURES:
+        if col not in s.columns:
+            continue
+        value = float(row[col].iloc[0]) if len(row) and finite(row[col].iloc[0]) else float("nan")
+        p = best(s, col, family="peer")
+        ratio = value / p[col] if p is not None and finite(value) and p[col] else float("nan")
+        out.append({"col": col, "op": op, "cache": cache, "value": value, "peer": p, "ratio": ratio})
+    return out
+
+
 def worst_space_amp(s: pd.DataFrame) -> dict[str, pd.Series]:
     """Per mode, the doubly partitioned layout with the largest space amplification."""
     out = {}

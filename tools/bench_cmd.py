@@ -88,6 +88,8 @@ examples:
   ebb bench thesis-large-smallbatch                # 5 GB, thesis-small's batch: issue 8's memory target
   ebb bench periodic                               # does random allocation help a periodic rate?
   ebb bench thesis-small --resume                  # continue an interrupted run
+  ebb bench thesis-small --one-layout D-ins4 --configs D-ins4,sqlite,duckdb,lmdb,rocksdb,parquet
+                                                   # one layout against every peer (docs/benchmarks/one-layout/)
   ebb bench soak --short --out /tmp/soak           # the deployment for about 3 minutes (CI)
   ebb bench library --scale 0.05 --cold 2          # the library-level comparison, small and quick
 """
@@ -117,6 +119,10 @@ def register(subparsers) -> None:
     p.add_argument("--no-docs", action="store_true", help="do not touch docs/ (default for quick)")
     p.add_argument("--docs-dir", metavar="DIR", help=f"where benchmarks.md and benchmarks/ go (default: {REPO_ROOT / 'docs'})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (one line per configuration instead)")
+    p.add_argument("--one-layout", metavar="LAYOUT",
+                   help="publish this run as the one-layout comparison of LAYOUT against the peers "
+                   "(docs/benchmarks/one-layout/), not as the workload's full run; --configs then lists LAYOUT, "
+                   "the peers and any other layouts shown beside them")
     p.add_argument("--minutes", type=float, metavar="M", help="soak only: length of the steady phase (default 30)")
     p.add_argument("--short", action="store_true", help="soak only: the CI run, about 3 minutes in all, same checks")
     library = p.add_argument_group("library only (see `python -m ebb.tools.library_bench --help`)")
@@ -142,6 +148,8 @@ _LIBRARY_ONLY = ("stores", "cold", "probes", "passes", "warmup", "batch", "dir")
 def run(args: argparse.Namespace) -> int:
     from ..storage.errors import UsageError
 
+    if args.one_layout and (args.workload in ("soak", "library", "quick") or args.no_docs):
+        raise UsageError("--one-layout publishes a thesis workload's run to docs/: not with quick, library, soak or --no-docs")
     if args.workload == "soak":
         from . import soak
 
@@ -170,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         names = [n for n in names if n not in cfgs.PEERS]
     for n in names:
         cfgs.parse(n)  # ValueError (exit 1) names the bad one before anything runs
+    if args.one_layout and args.one_layout not in names:
+        raise UsageError(f"--one-layout {args.one_layout} is not among the configurations run ({','.join(names)})")
     out = Path(args.out or Path.cwd() / "bench-results" / args.workload).resolve()
     updates, scan_every, cold_every = SCHEDULES[args.workload]
     plan = Plan.create(args.workload, names, out, updates=args.updates or updates, scan_every=args.scan_every or scan_every,
@@ -186,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         from . import report
 
         docs = Path(args.docs_dir).resolve() if args.docs_dir else REPO_ROOT / "docs"
-        written = report.publish(plan, summary, docs)
+        written = report.publish(plan, summary, docs, one_layout=args.one_layout)
         print(f"docs: {written}")
     else:
         from . import plots

@@ -44,11 +44,25 @@ SQUARE_NS = (4, 9, 16, 25)
 NOISE = 0.10  # relative differences below this are within this shared machine's run-to-run noise
 
 
-def publish(plan: Plan, summary: pd.DataFrame, docs: Path) -> Path:
-    """Copies the run into docs/benchmarks/ and rewrites docs/benchmarks.md; returns its path."""
+ONE_LAYOUT_DIR = "one-layout"
+
+
+def publish(plan: Plan, summary: pd.DataFrame, docs: Path, one_layout: str | None = None) -> Path:
+    """Copies the run into docs/benchmarks/ and rewrites docs/benchmarks.md; returns its path. With
+    ``one_layout``, the run is that layout's comparison with the peers, kept apart in
+    docs/benchmarks/one-layout/ so that the workload's full run stays as it is."""
     figdir = docs / "benchmarks"
     figdir.mkdir(parents=True, exist_ok=True)
     summary = with_latency(summary, load_ops(plan.out))
+    if one_layout:
+        d = figdir / ONE_LAYOUT_DIR
+        d.mkdir(exist_ok=True)
+        summary.to_csv(d / f"summary-{plan.workload}.csv", index=False, float_format="%.6g")
+        (d / f"machine-{plan.workload}.json").write_text(json.dumps(read_machine(plan.out), indent=2))
+        (d / f"plan-{plan.workload}.json").write_text(json.dumps(
+            {"layout": one_layout, "updates": plan.updates, "scan_slots": plan.scan_slots,
+             "cold_slots": plan.cold_slots, "configs": plan.configs}, indent=2))
+        return rewrite(docs)
     summary.to_csv(figdir / f"summary-{plan.workload}.csv", index=False, float_format="%.6g")
     mach = read_machine(plan.out)
     (figdir / f"machine-{plan.workload}.json").write_text(json.dumps(mach, indent=2))
@@ -717,6 +731,8 @@ ebb bench thesis-large-smallbatch      # 5 GB with thesis-small's batch: the upd
 ebb bench fluctuating                  # Figure 4.8 (uses thesis-small's summary as the steady baseline)
 ebb bench periodic                     # bursts every 4 updates: round-robin, chronological, random (thesis 4.3.3)
 ebb bench thesis-small --resume        # finish an interrupted run; --configs/--updates/--scan-every to narrow it
+ebb bench many-keys --updates 12 --one-layout D-ins4 --configs D-ins4,NoRebuild2x2,sqlite,duckdb,lmdb,rocksdb,parquet
+                                       # one layout against every peer, kept apart from the workload's full run
 ```
 
 Each run writes `bench-results/WORKLOAD/` (per-operation `ops.csv`, `summary.csv`, `machine.json`, `plan.json`)
@@ -851,6 +867,58 @@ def _scaleout_section(figdir: Path) -> str:
             + summary(json.loads(path.read_text())) + "\n")
 
 
+def _one_layout_section(figdir: Path) -> str:
+    """Each ``ebb bench W --one-layout L`` run published in docs/benchmarks/one-layout/: L's
+    figure per measure against the fastest peer's, and whether it is at or ahead of every peer."""
+    d = figdir / ONE_LAYOUT_DIR
+    runs = [w for w in ORDER if (d / f"summary-{w}.csv").exists()]
+    if not runs:
+        return ""
+    text = ("## One layout against every peer\n\n"
+            "One layout, named below, run side by side with every peer (and any other layout shown beside it) "
+            "in one `ebb bench W --one-layout LAYOUT --configs ...` run per workload, on the same schedule as "
+            "the workload's full run: the layout a user would run for both workloads, the advisor's "
+            "recommendation for 10 probes and 1 scan per update (`ebb advise --workload W --probes-per-update 10 "
+            "--scans-per-update 1`, docs/advisor.md). Per measure: the layout's median seconds (latency in µs), the fastest "
+            "peer's, and layout / fastest peer (at most 1 = at or ahead of every peer). 'probe' is the first "
+            "probe after each update, by a reader in the benchmark's process that does not share the "
+            "writer's state; 'probe p50' and 'p99' are the library-level latency of the last section of each "
+            "workload (2,000 probes after the last update).\n\n")
+    for w in runs:
+        s = pd.read_csv(d / f"summary-{w}.csv")
+        plan = json.loads((d / f"plan-{w}.json").read_text())
+        m = json.loads((d / f"machine-{w}.json").read_text()) if (d / f"machine-{w}.json").exists() else {}
+        layout = plan["layout"]
+        rows, behind = [], []
+        for r in acc.one_layout_vs_peers(s, layout):
+            lat = r["col"] in ("probe_p50_s", "probe_p99_s")
+            fmt = _us if lat else _f
+            p = r["peer"]
+            ahead = acc.finite(r["ratio"]) and r["ratio"] <= 1.0
+            label = f"{r['op']} ({r['cache']})" if not lat else r["op"]
+            if acc.finite(r["ratio"]) and not ahead:
+                behind.append(f"{label} {_f(r['ratio'])}x {p.config}")
+            rows.append([label, fmt(r["value"]), f"{p.config} {fmt(p[r['col']])}" if p is not None else "-",
+                         _f(r["ratio"]), "-" if not acc.finite(r["ratio"]) else "ahead" if ahead else "**behind**"])
+        e = s[s.config == layout]
+        others = [c for c in plan["configs"] if c != layout and c not in set(acc.peers(s).config)]
+        text += (f"### {w}: {layout}\n\n"
+                 f"Commit `{m.get('ebb_commit', '-')}`, {_machine_of(m)}, started {m.get('when', '-')}; "
+                 f"{plan['updates']} updates, {len(plan['cold_slots'])} cold slots; every answer "
+                 + ("equal to the oracle" if bool(s.correct.all()) else "**NOT** equal to the oracle") + ".\n\n"
+                 + _table(["measure", layout, "fastest peer", "layout / peer", "verdict"], rows) + "\n\n")
+        if len(e):
+            r = e.iloc[0]
+            text += (f"- {layout}: write amplification {_f(r.write_amp_os)}, space amplification {_f(r.space_amp)}, "
+                     f"update peak anonymous memory {_mb(r.peak_anon_update)} MB.\n")
+        text += ("- " + (f"{layout} is at or ahead of every peer on every measure.\n" if not behind else
+                         f"{layout} is behind on: " + "; ".join(behind) + ".\n"))
+        if others:
+            text += f"- Also run (in the workload table's columns): {', '.join(others)}.\n"
+        text += "\n" + _workload_table(s) + "\n\n"
+    return text
+
+
 def _library_section(figdir: Path) -> str:
     """``ebb bench library``'s last published run (docs/benchmarks/library/library.md), if any:
     every store through plain timed calls of its public API, one key type per row."""
@@ -862,7 +930,8 @@ def _library_section(figdir: Path) -> str:
 
 
 def render(summaries: dict[str, pd.DataFrame], machines: dict[str, dict], figdir: Path) -> str:
-    parts = [INTRO, _measured_line(machines), _library_section(figdir), "## Headline: ebb against its peers\n"]
+    parts = [INTRO, _measured_line(machines), _library_section(figdir), _one_layout_section(figdir),
+             "## Headline: ebb against its peers\n"]
     general = {w: s for w, s in summaries.items() if w not in STUDIES}
     for w, s in general.items():
         parts.append(_headline(w, s, machines.get(w, {})))
