@@ -881,9 +881,10 @@ def _one_layout_section(figdir: Path) -> str:
             "recommendation for 10 probes and 1 scan per update (`ebb advise --workload W --probes-per-update 10 "
             "--scans-per-update 1`, docs/advisor.md). Per measure: the layout's median seconds (latency in µs), the fastest "
             "peer's, and layout / fastest peer (at most 1 = at or ahead of every peer). 'probe' is the first "
-            "probe after each update, by a reader in the benchmark's process that does not share the "
-            "writer's state; 'probe p50' and 'p99' are the library-level latency of the last section of each "
-            "workload (2,000 probes after the last update).\n\n")
+            "probe after each update, by an `ArchiveReader` of its own in the process that committed it (a "
+            "reader in another process pays more for it: `python -m ebb.tools.first_probe`, docs/io.md); "
+            "'probe p50' and 'p99' are the library-level latency of each workload's section below (2,000 "
+            "probes after the last update).\n\n")
     for w in runs:
         s = pd.read_csv(d / f"summary-{w}.csv")
         plan = json.loads((d / f"plan-{w}.json").read_text())
