@@ -883,8 +883,9 @@ def _one_layout_section(figdir: Path) -> str:
             "peer's, and layout / fastest peer (at most 1 = at or ahead of every peer). 'probe' is the first "
             "probe after each update, by an `ArchiveReader` of its own in the process that committed it (a "
             "reader in another process pays more for it: `python -m ebb.tools.first_probe`, docs/io.md); "
-            "'probe p50' and 'p99' are the library-level latency of each workload's section below (2,000 "
-            "probes after the last update).\n\n")
+            "'probe p50' and 'p99' are the same run's library-level latency: up to 2,000 probes of random keys "
+            "after the last update, each timed alone, as in the latency sections below (a store whose probes "
+            "took over 60 s in all stopped after the first 1,000 or more).\n\n")
     for w in runs:
         s = pd.read_csv(d / f"summary-{w}.csv")
         plan = json.loads((d / f"plan-{w}.json").read_text())
