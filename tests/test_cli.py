@@ -131,14 +131,3 @@ def test_corruption_is_detected(archive):
 def test_busy_and_uninitialised(tmp_path):
     r = ebb("stats", tmp_path)
     assert r.returncode == 1 and "not an ebb archive" in r.stderr
-
-
-def test_demo_runs(tmp_path):
-    """The README's main command, small: landed files -> Spark ticks -> archive -> probe."""
-    r = ebb("demo", "--dir", tmp_path, "--ticks", 4, "--sensors", 300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "verify: ok" in r.stdout and "probe sensor=42" in r.stdout
-    assert "late events dropped" in r.stdout and "tick 4 T=3840" in r.stdout
-    st = json.loads(ebb("stats", tmp_path / "archive", "--format", "json").stdout)
-    assert st["updates"] == 5 and st["late_rows"] > 0
-    assert ebb("verify", tmp_path / "archive").returncode == 0
