@@ -55,9 +55,9 @@ def all_files(job):
             for n, s in job.sources.items()}
 
 
-@pytest.mark.parametrize("query,sources,ticks,mode", [(SLIDING_JOIN, ("clicks", "views"), 8, "rebuild"),
-                                                      (AGGREGATE, ("clicks",), 8, "norebuild"),
-                                                      (DISTINCT, ("clicks",), 8, "rebuild")],
+@pytest.mark.parametrize("query,sources,ticks,mode", [(SLIDING_JOIN, ("clicks", "views"), 6, "rebuild"),
+                                                      (AGGREGATE, ("clicks",), 6, "norebuild"),
+                                                      (DISTINCT, ("clicks",), 6, "rebuild")],
                          ids=["join", "aggregate", "distinct"])
 def test_ticks_equal_one_shot(spark, tmp_path, monkeypatch, query, sources, ticks, mode):
     job = write_job(tmp_path, job_toml(query, sources, mode=mode))
