@@ -72,7 +72,7 @@ QUERY_FIELDS = {
     "lifetime": ("kind", "key", "sources", "source", "select", "filter", "max_lifetime"),
 }
 ARCHIVE_FIELDS = ("path", "layout", "partitioning", "split", "G", "E", "n", "mode", "interval", "start",
-                  "max_lifetime", "block_bytes", "data_dir", "retain", "update_log")
+                  "max_lifetime", "block_bytes", "data_dir", "retain", "update_log", "section_slots")
 
 
 class JobError(UsageError):
@@ -148,6 +148,7 @@ class ArchiveSpec:
     data_dir: str | None = None  # where run files go (default path/data): e.g. a shared file system
     retain: int = 0  # chronons of history kept for reads as of an earlier instant (storage's retain)
     update_log: int | None = None  # update records kept for `ebb stats` (None: storage's default)
+    section_slots: int = 1  # NoRebuild: expiration slots per section of a run
 
 
 @dataclass(frozen=True)
@@ -375,6 +376,7 @@ def load_job(path: str) -> Job:
                   else _get(a, "data_dir", str, "archive", None)),
         retain=_non_negative(_get(a, "retain", int, "archive", 0), "archive.retain"),
         update_log=_positive(_get(a, "update_log", int, "archive", None), "archive.update_log", "update records"),
+        section_slots=_positive(_get(a, "section_slots", int, "archive", 1), "archive.section_slots", "slots"),
     )
     return Job(path=os.path.abspath(path), time_unit=unit, origin_us=_origin_us(_get(j, "origin", str, "job", None)),
                late_policy=_get(j, "late_policy", str, "job", "drop", choices=("drop", "fail")),

@@ -114,7 +114,7 @@ def grace_of(job: Job, cfg: ArchiveConfig) -> int:
 def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
     """The archive a job creates: its [archive] section, with ``auto`` resolved (checked and
     completed by storage's ``build_config``, as ``ebb init`` is). ``auto`` is the layout advisor's
-    recommendation (layout, mode, partitioning or split, G and E or n) when a calibration exists
+    recommendation (layout, mode, partitioning or split, G and E or n, section slots) when a calibration exists
     (indexer/advisor/auto.py), else the update pattern's default."""
     from .advisor.auto import auto_layout
 
@@ -134,7 +134,8 @@ def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
         layout=layout, mode=a.mode, interval=a.interval, max_lifetime=s, start=a.start,
         partitioning=a.partitioning, split=a.split, G=(a.G or min(2, p)) if doubly else None,
         E=(a.E or min(2, p)) if doubly else None, n=None if doubly else (a.n or min(4, p)),
-        key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit, origin=_origin(job), **kept,
+        key_column=job.query.key, block_bytes=a.block_bytes, time_unit=job.time_unit, origin=_origin(job),
+        section_slots=a.section_slots, **kept,
     )
 
 

@@ -49,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--n", type=int, help="wave: number of sub-indices")
     c.add_argument("--mode", choices=["rebuild", "norebuild"], help="the new maintenance mode")
     c.add_argument("--seed", type=int, help="random partitioning: the hash seed (default: drawn at random)")
+    c.add_argument("--section-slots", type=int, metavar="K",
+                   help="NoRebuild: expiration slots per section of a run (see `ebb init --help`; default: the "
+                        "current value where the new layout allows it, else 1)")
     c.add_argument("--copy", action="store_true", help="copy the live records now instead of draining the old layout")
     c.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
                    help="how long to wait for a running update to finish (default 600)")
@@ -95,7 +98,7 @@ def migrate_cmd(a: argparse.Namespace) -> int:
     bar, progress = message_bar("migrate", quiet=a.format == "json")
     with Archive(a.path) as arc, bar:
         target = target_config(arc.config, layout=a.layout, partitioning=a.partitioning, split=a.split, G=a.G,
-                               E=a.E, n_wave=a.n, mode=a.mode, seed=a.seed)
+                               E=a.E, n_wave=a.n, mode=a.mode, seed=a.seed, section_slots=a.section_slots)
         rec = migrate(arc, target, copy=a.copy, wait_s=a.wait, progress=progress)
     if a.format == "json":
         print(json.dumps(rec, indent=2))

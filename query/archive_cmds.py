@@ -62,6 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--update-log", type=int, default=None, metavar="N",
                    help="update records kept for `ebb stats` (default 1000); older ones count only in its totals")
     c.add_argument("--seed", type=int, default=None, help="random partitioning: the hash seed (default: drawn at random)")
+    c.add_argument("--section-slots", type=int, default=1, metavar="K",
+                   help="norebuild, wave split by insertion or doubly with E = 1: expiration slots per section of "
+                        "a run (default 1). K > 1 means K times fewer blocks for a probe to search, and faster "
+                        "updates; expired records stay on disk up to K-1 updates longer (never returned)")
     c.set_defaults(handler=init_cmd)
 
     c = sub.add_parser(
@@ -86,7 +90,7 @@ def init_cmd(a: argparse.Namespace) -> int:
         partitioning=a.partitioning, G=a.G, E=a.E, split=a.split, n=a.n, key_column=a.key_column,
         ts_column=a.ts_column, exp_column=a.exp_column, accept_overlong=a.accept_overlong,
         block_bytes=a.block_bytes, seed=a.seed, time_unit=a.time_unit, retain=a.retain, origin=a.origin,
-        **({} if a.update_log is None else {"update_log": a.update_log}),
+        section_slots=a.section_slots, **({} if a.update_log is None else {"update_log": a.update_log}),
     )
     with Archive.create(a.path, cfg, data_dir=a.data_dir) as arc:
         note = f" (S rounded up to {cfg.max_lifetime})" if cfg.max_lifetime != a.max_lifetime else ""

@@ -13,6 +13,8 @@ import json
 import secrets
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from .disk_format import RESERVED_PREFIX
 from .errors import ConfigError
 from .layout import Layout
@@ -56,6 +58,9 @@ class ArchiveConfig:
     # history kept for reads ``as_of`` an earlier instant (chronons; 0: only the current version)
     retain: int = 0
     update_log: int = DEFAULT_UPDATE_LOG  # update records kept (older ones only in the totals)
+    # NoRebuild: expiration slots per section of a run (``section_slot``). Absent from the stored
+    # JSON when 1, as in archives made before it
+    section_slots: int = 1
 
     @property
     def time(self) -> TimeModel:
@@ -72,10 +77,22 @@ class ArchiveConfig:
     def n(self) -> int:
         return self.layout_obj.n
 
+    def section_slot(self, k_exp: np.ndarray) -> np.ndarray:
+        """The section that records of expiration slots ``k_exp`` are written to in a NoRebuild run:
+        the last slot of their group of ``section_slots`` consecutive slots, so that a section is
+        dropped whole when its last slot expires (its earlier slots' records, expired, stay stored
+        until then; reads filter them out). Fewer, larger sections mean fewer blocks per probe."""
+        k_exp = np.asarray(k_exp, dtype=np.int64)
+        if self.mode != "norebuild" or self.section_slots == 1:
+            return k_exp
+        return (k_exp // self.section_slots) * self.section_slots + (self.section_slots - 1)
+
     def to_json(self) -> bytes:
         d = asdict(self)
         if d["origin"] is None:  # such a configuration stays readable by an ebb that predates ``origin``
             del d["origin"]
+        if d["section_slots"] == 1:  # likewise for ``section_slots``
+            del d["section_slots"]
         return json.dumps(d, sort_keys=True).encode()
 
     @staticmethod
@@ -89,9 +106,10 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
                  ts_column: str = "ts", exp_column: str = "exp", accept_overlong: bool = False,
                  block_bytes: int | None = None, seed: int | None = None,
                  time_unit: str | None = None, retain: int = 0,
-                 update_log: int = DEFAULT_UPDATE_LOG, origin: str | None = None) -> ArchiveConfig:
+                 update_log: int = DEFAULT_UPDATE_LOG, origin: str | None = None,
+                 section_slots: int = 1) -> ArchiveConfig:
     """A checked configuration with defaults applied (G = E = 2, n = 4, 512 KiB blocks, a fresh
-    seed for random partitioning). Raises ConfigError naming the first bad setting."""
+    seed for random partitioning, sections one slot wide). Raises ConfigError naming the first bad setting."""
     for name, v in (("--interval (Delta)", interval), ("--max-lifetime (S)", max_lifetime)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise ConfigError(f"{name} must be a positive integer number of chronons, got {v!r}")
@@ -147,6 +165,15 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
                           f"got {update_log!r}")
     if origin is not None:
         origin = normalize_origin(origin)
+    if not isinstance(section_slots, int) or isinstance(section_slots, bool) or not 1 <= section_slots <= tm.p:
+        raise ConfigError(f"--section-slots must be a whole number of slots from 1 to p = S/Delta = {tm.p}, "
+                          f"got {section_slots!r}")
+    if section_slots > 1 and (mode != "norebuild" or not (layout == "wave" and split == "insertion"
+                                                         or layout == "doubly" and E == 1)):
+        # a section is deleted at its last slot, by the update that deletes that slot: only where
+        # no sub-index is chosen by expiration slot does that update reach every slot of the group
+        raise ConfigError("--section-slots above 1 needs --mode norebuild and sub-indices that do not depend on "
+                          "the expiration slot: a wave index split by insertion, or doubly partitioned with E = 1")
     if seed is None:
         seed = secrets.randbits(63) if layout == "doubly" and partitioning == "random" else 0
     return ArchiveConfig(
@@ -155,6 +182,7 @@ def build_config(*, layout: str, mode: str, interval: int, max_lifetime: int, st
         tau=tm.tau, delta=tm.delta, max_lifetime=tm.max_lifetime, key_column=key_column, ts_column=ts_column,
         exp_column=exp_column, accept_overlong=bool(accept_overlong), block_bytes=int(block_bytes), seed=int(seed),
         time_unit=time_unit, retain=int(retain), update_log=int(update_log), origin=origin,
+        section_slots=int(section_slots),
     )
 
 
@@ -189,5 +217,5 @@ def check_config(cfg: ArchiveConfig) -> ArchiveConfig:
         n=cfg.n_wave if cfg.layout == "wave" else None, key_column=cfg.key_column, ts_column=cfg.ts_column,
         exp_column=cfg.exp_column, accept_overlong=cfg.accept_overlong, block_bytes=cfg.block_bytes,
         seed=cfg.seed if (cfg.seed or cfg.partitioning != "random") else None, time_unit=cfg.time_unit,
-        retain=cfg.retain, update_log=cfg.update_log, origin=cfg.origin,
+        retain=cfg.retain, update_log=cfg.update_log, origin=cfg.origin, section_slots=cfg.section_slots,
     )

@@ -9,9 +9,10 @@ Both write only new files; what they return is applied by the commit.
   into a new run sorted by (key, exp), so each key's records are one contiguous stretch. The old
   run becomes garbage.
 - **NoRebuild** never rewrites a record. New records become one new run, sectioned by
-  expiration slot (sorted by (exp slot, key, exp), no block spans two slots). Deleting slot j
-  from a run is a metadata change: its blocks of sections <= j hold exactly its records with
-  exp <= T_j, always a prefix of the file, so the run's first live block moves past them (the
+  section slot (``ArchiveConfig.section_slot``: the expiration slot, or the last of its group of
+  ``section_slots``), sorted by (section slot, key, exp), no block spanning two sections. Deleting
+  slot j from a run is a metadata change: its blocks of sections <= j hold exactly its records
+  whose section slot is <= j (all with exp <= T_j), always a prefix of the file, so the run's first live block moves past them (the
   prefix's disk space is reclaimed once no reader needs it; a run with no live block is
   dropped). A probe visits at most one stretch of blocks per live (run, section).
 
@@ -90,8 +91,8 @@ class MaintenanceContext:
 
 def norebuild(ctx: MaintenanceContext, i: int, current: SubIndexState, rows: pa.Table, exp_slots: np.ndarray,
               delete_slot: int | None) -> SubIndexChange:
-    """Deletes records expiring at or before slot ``delete_slot`` (None: no deletion) and adds
-    ``rows`` (sorted by (exp slot, key, exp)) as a new run."""
+    """Deletes the sections of slot ``delete_slot`` and earlier (None: no deletion) and adds
+    ``rows`` (sorted by (section slot, key, exp); ``exp_slots`` their section slots) as a new run."""
     ch = SubIndexChange(i, [])
     for run in current.runs:
         if delete_slot is None:

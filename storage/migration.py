@@ -42,7 +42,7 @@ from .update_plan import place
 from .write_sequence import Staged, Writer, durable, run
 
 # what a migration may change; everything else (time model, columns, block size) stays
-LAYOUT_FIELDS = ("layout", "partitioning", "split", "G", "E", "n_wave", "mode", "seed")
+LAYOUT_FIELDS = ("layout", "partitioning", "split", "G", "E", "n_wave", "mode", "seed", "section_slots")
 
 
 @dataclass
@@ -95,7 +95,11 @@ def target_config(current: ArchiveConfig, **layout) -> ArchiveConfig:
         split = fields.get("split", current.split if same_kind else "insertion")
         base = replace(base, G=1, E=1, n_wave=n if n is not None else 4, split=split,
                        partitioning="round-robin", seed=0)
-    new = check_config(base)
+    wide = fields.get("section_slots", current.section_slots)
+    if "section_slots" not in fields and wide > 1 and not (mode == "norebuild" and (
+            base.layout == "wave" and base.split == "insertion" or base.layout == "doubly" and base.E == 1)):
+        wide = 1  # kept only where the new layout can have sections wider than a slot
+    new = check_config(replace(base, section_slots=wide))
     if all(getattr(new, f) == getattr(current, f) for f in LAYOUT_FIELDS):
         raise ConfigError(f"the archive already has this layout ({current.layout_obj.describe()}, {current.mode})")
     return new
@@ -191,7 +195,7 @@ def _copy(archive, txn, state: ArchiveState, target: ArchiveConfig, created: lis
     exp = rows.column(cfg.exp_column).to_numpy()
     k_exp = tm.slots(exp)
     sub = target.layout_obj.subindex_of(rows.column(INS_SLOT).to_numpy(), k_exp)
-    rows, exp_slots, cuts = place(target, rows, exp, k_exp, sub)
+    rows, exp_slots, cuts = place(target, rows, exp, target.section_slot(k_exp), sub)
     ctx = MaintenanceContext(target, schemas, archive.data_dir, archive.open_files, descriptor, state.update_seq, created)
     changes = []
     for i in range(target.n):

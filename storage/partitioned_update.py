@@ -182,7 +182,7 @@ def prepare(archive, input_schema: pa.Schema, at: int, part_bytes: int = PART_BY
         _, schemas = conform_batch(input_table(input_schema.empty_table(), cfg, stored), cfg, stored,
                                    state.update_seq + 1, at)
         plan = _empty_plan(cfg, state, j, schemas.schema)
-        deletes, _ = touched(plan, state)
+        deletes, _ = touched(cfg, plan, state)
         descriptor = descriptor_reader(archive, txn)
         if cfg.mode == "rebuild":
             ctx = MaintenanceContext(cfg, schemas, archive.data_dir, archive.open_files, descriptor, 0, [])
@@ -266,7 +266,7 @@ def _changes_of(archive, txn, pu: PartitionedUpdate, state, plan: UpdatePlan,
     """The parts' runs as the changes of the sub-indices they replace or add to, with NoRebuild
     deletions applied (metadata only)."""
     cfg = pu.config
-    deletes, _ = touched(plan, state)
+    deletes, _ = touched(cfg, plan, state)
     changes: dict[int, SubIndexChange] = {}
     if cfg.mode == "norebuild":
         ctx = MaintenanceContext(cfg, pu.schemas, archive.data_dir, archive.open_files, descriptor_reader(archive, txn),

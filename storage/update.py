@@ -67,7 +67,7 @@ class Update(Writer):
 
     def _maintain(self, ctx: MaintenanceContext, state, plan: UpdatePlan) -> list[SubIndexChange]:
         """Writes the new runs of every sub-index the update touches."""
-        deletes, inserts = touched(plan, state)
+        deletes, inserts = touched(ctx.config, plan, state)
         changes = []
         todo = sorted(deletes | inserts)
         for step, i in enumerate(todo, 1):

@@ -3,8 +3,8 @@
 Nothing here reads or writes a file. Given the configuration, the last committed slot and a
 validated batch, ``plan_update`` computes each record's insertion and expiration slot and
 sub-index (docs/spec.md sections 2 and 3), drops records already expired, orders the rest the
-way maintenance writes them, and lists the sub-indices the update may insert into and delete
-from. ``touched`` then narrows the deletions to sub-indices that hold expiring records.
+way maintenance writes them (NoRebuild: by section, ``ArchiveConfig.section_slot``), and lists
+the sub-indices the update may insert into and delete from. ``touched`` then narrows the deletions to sub-indices that hold expiring records.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ class UpdatePlan:
     deletion_slots: tuple[int, int] | None  # [first, last] slots whose deletions run now
     planned_insert: list[int]  # sub-indices (0-based) records of this update may go to
     planned_delete: list[int]  # sub-indices that may hold records expiring in deletion_slots
-    rows: pa.Table  # live input records + INS_SLOT, sorted by (sub-index, [exp slot], key, exp)
-    exp_slots: np.ndarray  # expiration slot of each row of ``rows``
+    rows: pa.Table  # live input records + INS_SLOT, sorted by (sub-index, [section slot], key, exp)
+    exp_slots: np.ndarray  # NoRebuild section of each row of ``rows`` (``ArchiveConfig.section_slot``)
     cuts: np.ndarray  # rows of sub-index i are rows[cuts[i]:cuts[i+1]]
     input_rows: int
     dropped: int  # records already expired when loaded (not stored)
@@ -53,7 +53,7 @@ def plan_update(cfg: ArchiveConfig, last_slot: int | None, j: int, table: pa.Tab
         table, ts, exp = table.filter(pa.array(live)), ts[live], exp[live]
     k_ins, k_exp, sub = subindex_of_rows(cfg, bulk, j, ts, exp)
     rows = table.append_column(pa.field(INS_SLOT, pa.int64(), nullable=False), pa.array(k_ins, pa.int64()))
-    rows, exp_slots, cuts = place(cfg, rows, exp, k_exp, sub)
+    rows, exp_slots, cuts = place(cfg, rows, exp, cfg.section_slot(k_exp), sub)
     if last_slot is None:
         deletion, planned_delete = None, []
     else:
@@ -82,9 +82,9 @@ def subindex_of_rows(cfg: ArchiveConfig, bulk: bool, j: int, ts: np.ndarray, exp
 
 def place(cfg: ArchiveConfig, rows: pa.Table, exp: np.ndarray, k_exp: np.ndarray, sub: np.ndarray
           ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """``rows`` (each with its sub-index ``sub``) in the order maintenance writes them, by
-    (sub-index, expiration slot in NoRebuild mode, key, exp); their expiration slots in that
-    order; and cuts: the rows of sub-index i are [cuts[i], cuts[i+1])."""
+    """``rows`` (each with its sub-index ``sub`` and NoRebuild section slot ``k_exp``) in the
+    order maintenance writes them, by (sub-index, section slot in NoRebuild mode, key, exp);
+    their section slots in that order; and cuts: the rows of sub-index i are [cuts[i], cuts[i+1])."""
     order = _order(rows.column(cfg.key_column), exp, sub, k_exp if cfg.mode == "norebuild" else None)
     if rows.num_rows > 1:
         rows = rows.take(pa.array(order))
@@ -110,10 +110,12 @@ def _order(keys: pa.ChunkedArray, exp: np.ndarray, sub: np.ndarray, k_exp: np.nd
     return pc.sort_indices(t, [("g", "ascending"), ("k", "ascending"), ("e", "ascending")]).to_numpy()
 
 
-def touched(plan: UpdatePlan, state: ArchiveState) -> tuple[set[int], set[int]]:
-    """(delete set, insert set): planned deletion targets holding a record with exp <= T, and
-    the sub-indices that receive records."""
-    deletes = {i for i in plan.planned_delete
-               if state.subindices[i].min_exp is not None and state.subindices[i].min_exp <= plan.time}
+def touched(cfg: ArchiveConfig, plan: UpdatePlan, state: ArchiveState) -> tuple[set[int], set[int]]:
+    """(delete set, insert set): planned deletion targets holding records the update deletes (with
+    exp <= T; in NoRebuild, a section whose last slot is due), and the sub-indices that receive
+    records."""
+    def due(min_exp: int | None) -> bool:  # the section of the earliest exp holds the earliest section slot
+        return min_exp is not None and int(cfg.section_slot(cfg.time.slots(np.array([min_exp])))[0]) <= plan.slot
+    deletes = {i for i in plan.planned_delete if due(state.subindices[i].min_exp)}
     inserts = {i for i in range(len(plan.cuts) - 1) if plan.cuts[i + 1] > plan.cuts[i]}
     return deletes, inserts

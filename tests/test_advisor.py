@@ -141,7 +141,7 @@ def test_counts_follow_the_engine(tmp_path):
     w = Workload("tiny", record_bytes=200, keys=50, per_slot=3000, updates=6, p=8)
     prof = replace(workload_profile(w), block_bytes=16384)
     for cand in (Candidate("doubly", "rebuild", G=3, E=3), Candidate("doubly", "norebuild", partitioning="chronological", G=2, E=4),
-                 Candidate("wave", "rebuild", n=4)):
+                 Candidate("wave", "rebuild", n=4), Candidate("wave", "norebuild", n=4, section_slots=3)):
         cfg = build_config(interval=w.delta, max_lifetime=w.max_lifetime, start=0, block_bytes=16384, **cand.settings())
         got = {k: [] for k in ("touched", "read", "written", "blocks", "probe_blocks", "scan_blocks")}
         with Archive.create(str(tmp_path / cand.name), cfg) as arc:
@@ -155,7 +155,8 @@ def test_counts_follow_the_engine(tmp_path):
                 for k, v in zip(got, (len(rec["subindices_touched"]), rec["bytes_read"], rec["bytes_written"],
                                       rec["blocks_written"], np.mean(probes), scan)):
                     got[k].append(v)
-        tr = simulate(cand.layout_obj(w.p), cand.mode, prof.flow(), prof.block_bytes, bulk=True, warmup=0, steps=w.updates)
+        tr = simulate(cand.layout_obj(w.p), cand.mode, prof.flow(), prof.block_bytes, bulk=True, warmup=0, steps=w.updates,
+                      section_slots=cand.section_slots)
         model = {"touched": tr.update["touched"], "read": tr.update["read_bytes"], "written": tr.update["written_bytes"],
                  "blocks": tr.update["written_blocks"], "probe_blocks": tr.probe["blocks"], "scan_blocks": tr.scan["blocks"]}
         for k, v in model.items():

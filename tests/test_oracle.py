@@ -1,6 +1,7 @@
-"""Property test: for every layout and mode, random schedules (rates varying x4, empty
-intervals, lifetimes 1..S, missed slots, bursts) give exactly the brute-force oracle's answers
-for scans, point probes and range probes at random valid as_of times."""
+"""Property test: for every layout and mode (NoRebuild sections one or more slots wide), random
+schedules (rates varying x4, empty intervals, lifetimes 1..S, missed slots, bursts) give exactly
+the brute-force oracle's answers for scans, point probes and range probes at random valid as_of
+times."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ def scenarios(draw):
     else:
         layout.update(n_wave=draw(st.integers(1, p)))
     mode = draw(st.sampled_from(["rebuild", "norebuild"]))
+    if mode == "norebuild" and (layout.get("split") == "insertion" or layout.get("E") == 1):
+        layout.update(section_slots=draw(st.integers(1, p)))  # sections several slots wide
     block_bytes = draw(st.sampled_from([None, 256, 600, 4096]))  # tiny blocks: many per run and per key
     overlong = draw(st.booleans())
     string_keys = draw(st.booleans())
@@ -117,6 +120,30 @@ def test_random_schedules_match_oracle(sc):
         for missed, mult, probes in sc["steps"]:
             j += 1 + missed
             update_and_check(arc, oracle, rng, schema, sc, j, mult, probes)
+        problems, _ = verify(arc)
+        assert problems == []
+        arc.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios().filter(lambda sc: sc["layout"].get("section_slots", 1) > 1), st.data())
+def test_wide_sections_drop_records_when_their_last_slot_is_due(sc, data):
+    """With sections K slots wide, reads still equal the oracle's, and the archive stores exactly
+    the records whose section (the last slot of their group of K) is not yet due: an expired
+    record stays until then, never longer."""
+    with tempfile.TemporaryDirectory() as d:
+        arc, oracle, rng, schema = bulk_loaded(sc, d + "/a")
+        cfg, stored = arc.config, list(oracle.records)
+        j = 0
+        for missed, mult, probes in sc["steps"]:
+            j += 1 + missed
+            before = oracle.records
+            T = update_and_check(arc, oracle, rng, schema, sc, j, mult, probes)
+            new = oracle.records[sum(1 for r in before if r["exp"] > T):]  # the oracle appends the update's rows
+            stored += new
+            section = cfg.section_slot(cfg.time.slots(np.array([r["exp"] for r in stored], dtype=np.int64)))
+            stored = [r for r, sec in zip(stored, section) if sec > j]
+            assert sum(s_["records"] for s_ in arc.stats()["subindices"]) == len(stored)
         problems, _ = verify(arc)
         assert problems == []
         arc.close()

@@ -42,7 +42,7 @@ def test_worked_example_round_robin():
     # the update at 18 (slot 1) inserts into I1, I2 and deletes from I1, I3
     plan = plan_update(cfg, 0, 1, _table([1, 2], [17, 18], [20, 25]))
     assert plan.planned_insert == [0, 1] and plan.planned_delete == [0, 2]
-    deletes, inserts = touched(plan, _state(4, [17, 19, 18, 20]))
+    deletes, inserts = touched(cfg, plan, _state(4, [17, 19, 18, 20]))
     assert deletes == {0, 2} and inserts <= {0, 1} and len(deletes | {0, 1}) == 3  # G + E - 1
     # the update at 20 (slot 2) inserts into I3, I4 and deletes from I2, I4
     plan = plan_update(cfg, 1, 2, _table([1], [19], [30]))
@@ -52,7 +52,7 @@ def test_worked_example_round_robin():
 def test_touched_skips_deletion_targets_without_expiring_records():
     cfg = build_config(layout="doubly", mode="norebuild", interval=2, max_lifetime=16, start=16)
     plan = plan_update(cfg, 0, 1, _table([], [], []))
-    deletes, inserts = touched(plan, _state(4, [30, None, 18, 22]))
+    deletes, inserts = touched(cfg, plan, _state(4, [30, None, 18, 22]))
     assert deletes == {2} and inserts == set()  # I1's records expire later; I3's at 18
 
 

@@ -4,8 +4,11 @@ Names follow thesis section 4.4.1: ``R-ins4`` / ``R-exp9`` / ``D-ins16`` / ``D-e
 indices (R = REINDEX, i.e. ebb's rebuild mode; D = DEL, norebuild; ins/exp = split by insertion or
 expiration time; the number is n); ``Rebuild4x4`` / ``NoRebuild2x8`` are doubly partitioned
 round-robin indices with G x E sub-indices; a ``-chr`` suffix means chronological and ``-rand``
-random partitioning; a ``-b<K>k`` suffix on any layout sets its block size to K KiB (``ebb init
---block-bytes``; ebb's default otherwise), e.g. ``Rebuild2x2-b128k``, a line of its own in plots.
+random partitioning; a ``-s<K>`` suffix on a NoRebuild layout whose sub-indices do not depend on
+the expiration slot (D-ins, NoRebuild<G>x1) makes its sections K expiration slots wide (``ebb
+init --section-slots``), e.g. ``D-ins4-s2``; a ``-b<K>k`` suffix on any layout sets its block
+size to K KiB (``ebb init --block-bytes``; ebb's default otherwise), e.g. ``Rebuild2x2-b128k``.
+Either suffix makes a line of its own in plots.
 Peers are ``sqlite``, ``duckdb``, ``lmdb``, ``rocksdb`` and ``parquet``.
 """
 
@@ -35,6 +38,7 @@ class Config:
     E: int = 0
     n: int = 0
     block_kib: int = 0  # the layout's block size in KiB (0: ebb's default)
+    section_slots: int = 1  # NoRebuild: expiration slots per section
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -42,7 +46,7 @@ class Config:
     @property
     def technique(self) -> str:
         """The line this configuration belongs to in the thesis's plots (n varies along it)."""
-        blocks = f"-b{self.block_kib}k" if self.block_kib else ""
+        blocks = (f"-s{self.section_slots}" if self.section_slots > 1 else "") + (f"-b{self.block_kib}k" if self.block_kib else "")
         if self.family == "wave":
             return self.name.removesuffix(blocks).rstrip("0123456789") + blocks
         if self.family == "doubly":
@@ -51,8 +55,9 @@ class Config:
         return self.name
 
 
-_WAVE = re.compile(r"^([RD])-(ins|exp)(\d+)(?:-b([1-9]\d*)k)?$")
-_DOUBLY = re.compile(r"^(Rebuild|NoRebuild)(\d+)x(\d+)(-chr|-rand)?(?:-b([1-9]\d*)k)?$")
+_SUFFIXES = r"(?:-s([1-9]\d*))?(?:-b([1-9]\d*)k)?$"
+_WAVE = re.compile(r"^([RD])-(ins|exp)(\d+)" + _SUFFIXES)
+_DOUBLY = re.compile(r"^(Rebuild|NoRebuild)(\d+)x(\d+)(-chr|-rand)?" + _SUFFIXES)
 
 
 def parse(name: str) -> Config:
@@ -62,6 +67,11 @@ def parse(name: str) -> Config:
     config = _layout(name)
     if config.block_kib and not MIN_BLOCK_BYTES <= config.block_kib * 1024 <= MAX_BLOCK_BYTES:
         raise ValueError(f"{name}: blocks must be of {MIN_BLOCK_BYTES >> 10} to {MAX_BLOCK_BYTES >> 10} KiB")
+    if config.section_slots > 1 and not (config.mode == "norebuild" and (config.split == "insertion" or config.E == 1)):
+        raise ValueError(f"{name}: -s<K> is for NoRebuild layouts whose sub-indices do not depend on the "
+                         "expiration slot (D-ins<n>, NoRebuild<G>x1)")
+    if config.section_slots > 36:
+        raise ValueError(f"{name}: sections of at most p = 36 slots")
     return config
 
 
@@ -72,16 +82,19 @@ def _layout(name: str) -> Config:
         if not 1 <= n <= 36:
             raise ValueError(f"{name}: a wave index needs 1 <= n <= p = 36")
         return Config(name=name, family="wave", mode="rebuild" if m.group(1) == "R" else "norebuild",
-                      split="insertion" if m.group(2) == "ins" else "expiration", n=n, block_kib=int(m.group(4) or 0))
+                      split="insertion" if m.group(2) == "ins" else "expiration", n=n,
+                      section_slots=int(m.group(4) or 1), block_kib=int(m.group(5) or 0))
     m = _DOUBLY.match(name)
     if m:
         g, e = int(m.group(2)), int(m.group(3))
         part = {None: "round-robin", "-chr": "chronological", "-rand": "random"}[m.group(4)]
         return Config(name=name, family="doubly", mode="rebuild" if m.group(1) == "Rebuild" else "norebuild",
-                      partitioning=part, G=g, E=e, n=g * e, block_kib=int(m.group(5) or 0))
+                      partitioning=part, G=g, E=e, n=g * e, section_slots=int(m.group(5) or 1),
+                      block_kib=int(m.group(6) or 0))
     raise ValueError(f"unknown configuration {name!r}: expected R-ins<n>, R-exp<n>, D-ins<n>, D-exp<n>, "
                      "Rebuild<G>x<E>, NoRebuild<G>x<E> (optionally -chr or -rand), any of them with -b<K>k "
-                     f"(blocks of K KiB), or one of {', '.join(PEERS)}")
+                     "(blocks of K KiB), D-ins<n> and NoRebuild<G>x1 also with -s<K> (sections K slots wide), "
+                     f"or one of {', '.join(PEERS)}")
 
 
 def wave_layouts(ns: tuple[int, ...] = WAVE_NS) -> list[str]:

@@ -34,7 +34,7 @@ def archive_config(config: Config, workload: Workload) -> ArchiveConfig:
         partitioning=c.partitioning or "round-robin", split=c.split or "insertion",
         G=None if wave else (c.G or 1), E=None if wave else (c.E or 1), n=c.n if wave else None,
         seed=w.seed if c.partitioning == "random" else None, block_bytes=c.block_kib * 1024 or None,
-        time_unit="record (one record per chronon on average)",
+        section_slots=c.section_slots, time_unit="record (one record per chronon on average)",
     )
 
 

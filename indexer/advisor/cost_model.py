@@ -37,6 +37,8 @@ RUN_METADATA_BYTES = 256  # a live run's entry in the state and its descriptor's
 RANDOM_SEED = 0x5EED  # random partitioning is predicted with this hash seed
 WAVE_NS = (4, 9, 16, 25)
 SHAPES = ((2, 2), (3, 3), (4, 4), (5, 5), (2, 8), (8, 2))
+SECTION_SLOTS = (2, 4)  # D-ins's wider sections
+SPACE_LIMIT = 1.1  # wider sections are weighed only if they keep stored / valid records within this
 PARTITIONINGS = {"round-robin": "", "chronological": "-chr", "random": "-rand"}
 
 
@@ -122,12 +124,14 @@ class Candidate:
     G: int = 1
     E: int = 1
     n: int = 1  # wave
+    section_slots: int = 1  # NoRebuild, sub-indices not chosen by expiration slot
 
     @property
     def name(self) -> str:
+        wide = f"-s{self.section_slots}" if self.section_slots > 1 else ""
         if self.layout == "wave":
-            return f"{'R' if self.mode == 'rebuild' else 'D'}-{'ins' if self.split == 'insertion' else 'exp'}{self.n}"
-        return f"{'Rebuild' if self.mode == 'rebuild' else 'NoRebuild'}{self.G}x{self.E}{PARTITIONINGS[self.partitioning]}"
+            return f"{'R' if self.mode == 'rebuild' else 'D'}-{'ins' if self.split == 'insertion' else 'exp'}{self.n}{wide}"
+        return f"{'Rebuild' if self.mode == 'rebuild' else 'NoRebuild'}{self.G}x{self.E}{PARTITIONINGS[self.partitioning]}{wide}"
 
     def layout_obj(self, p: int) -> Layout:
         if self.layout == "wave":
@@ -136,9 +140,10 @@ class Candidate:
 
     def settings(self) -> dict:
         """The layout settings of ``storage.config.build_config`` (and of a job's [archive])."""
+        wide = {"section_slots": self.section_slots} if self.section_slots > 1 else {}
         if self.layout == "wave":
-            return {"layout": "wave", "mode": self.mode, "split": self.split, "n": self.n}
-        return {"layout": "doubly", "mode": self.mode, "partitioning": self.partitioning, "G": self.G, "E": self.E}
+            return {"layout": "wave", "mode": self.mode, "split": self.split, "n": self.n, **wide}
+        return {"layout": "doubly", "mode": self.mode, "partitioning": self.partitioning, "G": self.G, "E": self.E, **wide}
 
 
 def candidates(p: int) -> list[Candidate]:
@@ -149,6 +154,8 @@ def candidates(p: int) -> list[Candidate]:
     out = []
     for mode in ("rebuild", "norebuild"):
         out += [Candidate("wave", mode, split=s, n=n) for s in ("insertion", "expiration") for n in WAVE_NS if n <= p]
+        if mode == "norebuild":
+            out += [Candidate("wave", mode, n=n, section_slots=k) for n in WAVE_NS for k in SECTION_SLOTS if max(n, k) <= p]
         out += [Candidate("doubly", mode, partitioning=part, G=g, E=e) for part in PARTITIONINGS for g, e in SHAPES
                 if part != "chronological" or max(g, e) <= p]
     return out
@@ -194,6 +201,7 @@ class Prediction:
     probe_sections: float  # (run, section) pairs a probe plans
     probe_blocks: float
     probe_bytes: float
+    stored_share: float  # the largest records stored / records valid after an update (> 1: wide sections)
 
     def total(self, mix: Mix) -> float:
         return self.update_s + mix.probes * self.probe_s + mix.scans * self.scan_s
@@ -211,10 +219,12 @@ def predict(profile: WorkloadProfile, cand: Candidate, cal: Calibration, schedul
     """The predicted costs of ``cand`` for ``profile`` on the machine of ``cal``."""
     p, lay = profile.p, cand.layout_obj(profile.p)
     if schedule.updates is None:  # Rebuild's blocks need p updates of history
-        tr = simulate(lay, cand.mode, profile.flow(), profile.block_bytes, bulk=False, warmup=p, steps=p)
+        tr = simulate(lay, cand.mode, profile.flow(), profile.block_bytes, bulk=False, warmup=p, steps=p,
+                      section_slots=cand.section_slots)
         scans, agg = slice(None), np.mean
     else:
-        tr = simulate(lay, cand.mode, profile.flow(), profile.block_bytes, bulk=True, warmup=0, steps=schedule.updates)
+        tr = simulate(lay, cand.mode, profile.flow(), profile.block_bytes, bulk=True, warmup=0, steps=schedule.updates,
+                      section_slots=cand.section_slots)
         scans, agg = [s - 1 for s in schedule.scan_slots if 1 <= s <= schedule.updates] or slice(None), np.median
     upd = _times(cal.update, tr.update)
     sd = profile.rate_cv * _rate_sensitivity(profile, cand, cal, tr)
@@ -226,6 +236,7 @@ def predict(profile: WorkloadProfile, cand: Candidate, cal: Calibration, schedul
         touched=float(np.mean(tr.update["touched"])), read_bytes=float(np.mean(tr.update["read_bytes"])),
         written_bytes=float(np.mean(tr.update["written_bytes"])), probe_sections=float(np.mean(tr.probe["sections"])),
         probe_blocks=float(np.mean(tr.probe["blocks"])), probe_bytes=float(np.mean(tr.probe["bytes"])),
+        stored_share=float(np.max(tr.kept_expired)),
     )
 
 
@@ -244,14 +255,19 @@ def _rate_sensitivity(profile: WorkloadProfile, cand: Candidate, cal: Calibratio
 
 def rank(profile: WorkloadProfile, cal: Calibration, mix: Mix, schedule: Schedule = Schedule(),
          among: list[Candidate] | None = None) -> list[Prediction]:
-    """Predictions for ``among`` (default: every candidate for the profile's p), cheapest total
-    for ``mix`` first."""
-    cands = candidates(profile.p) if among is None else among
-    return sorted((predict(profile, c, cal, schedule) for c in cands), key=lambda pr: pr.total(mix))
+    """Predictions for ``among`` (default: every candidate for the profile's p, less those with
+    sections wider than a slot that would store over SPACE_LIMIT x the valid records), cheapest
+    total for ``mix`` first."""
+    preds = [predict(profile, c, cal, schedule) for c in (candidates(profile.p) if among is None else among)]
+    if among is None:
+        preds = [pr for pr in preds if pr.candidate.section_slots == 1 or pr.stored_share <= SPACE_LIMIT]
+    return sorted(preds, key=lambda pr: pr.total(mix))
 
 
 def candidate_of(config: dict) -> Candidate:
     """The candidate an archive configuration (``asdict(ArchiveConfig)``) has."""
+    wide = int(config.get("section_slots", 1))
     if config["layout"] == "wave":
-        return Candidate("wave", config["mode"], split=config["split"], n=int(config["n_wave"]))
-    return Candidate("doubly", config["mode"], partitioning=config["partitioning"], G=int(config["G"]), E=int(config["E"]))
+        return Candidate("wave", config["mode"], split=config["split"], n=int(config["n_wave"]), section_slots=wide)
+    return Candidate("doubly", config["mode"], partitioning=config["partitioning"], G=int(config["G"]), E=int(config["E"]),
+                     section_slots=wide)

@@ -79,6 +79,7 @@ class Trace:
     live_bytes: np.ndarray
     live_blocks: np.ndarray
     live_runs: np.ndarray
+    kept_expired: np.ndarray  # records stored / records valid, after each update (NoRebuild sections wider than a slot)
 
 
 def at_least_one(m: np.ndarray) -> np.ndarray:
@@ -116,10 +117,11 @@ def _live_sums(values: np.ndarray, born: np.ndarray, dies: np.ndarray, steps: in
 
 
 def simulate(layout: Layout, mode: str, flow: Flow, block_bytes: int, *, bulk: bool, warmup: int,
-             steps: int) -> Trace:
+             steps: int, section_slots: int = 1) -> Trace:
     """Counts of ``steps`` updates (after ``warmup`` unrecorded ones) of an archive with
     ``layout`` in ``mode`` ("rebuild" | "norebuild") fed by ``flow``; ``bulk``: start from the
-    initial bulk load at tau (slot 0), else from the steady state."""
+    initial bulk load at tau (slot 0), else from the steady state. NoRebuild sections are
+    ``section_slots`` expiration slots wide (``ArchiveConfig.section_slot``)."""
     p, n = layout.p, layout.n
     h = np.asarray(flow.exp_offsets, dtype=float)
     if h.shape != (p + 1,):
@@ -133,14 +135,11 @@ def simulate(layout: Layout, mode: str, flow: Flow, block_bytes: int, *, bulk: b
     e = k + np.arange(1, p + 1)
     sub = layout.subindex_of(k.ravel(), e.ravel()).reshape(k.shape)
     vol = np.broadcast_to(cell, k.shape) * (e > 0)  # cells of the initial state that expired before 0 are gone
-    initial = k <= 0
-    # per update j = 1..total: records expiring, arriving; sizes after each update (row 0: the start)
-    ee = (e >= 1) & (e <= total)
-    expiring = np.bincount(e[ee] * n + sub[ee], vol[ee], (total + 1) * n).reshape(total + 1, n)
-    arriving = np.zeros((total + 1, n))
-    arriving[1:] = np.bincount((k[~initial] * n + sub[~initial]), vol[~initial], (total + 1) * n).reshape(total + 1, n)[1:]
-    size = np.bincount(sub[initial], vol[initial], n) + np.cumsum(arriving - expiring, axis=0)
-    size = np.maximum(size, 0.0)
+    valid_size = _flows(k, e, sub, vol, n, total)[2]  # records valid after each update: what reads return
+    if mode == "norebuild" and section_slots > 1:  # a record is stored until its section's last slot
+        e = (e // section_slots) * section_slots + section_slots - 1
+    # per update j = 1..total: records deleted, arriving; sizes after each update (row 0: the start)
+    expiring, arriving, size = _flows(k, e, sub, vol, n, total)
     # touched: the delete targets holding records expiring now (a cell lives in the sub-index the
     # layout maps it to, so only delete targets hold any: tests/test_advisor.py checks it), and
     # the sub-indices receiving records (storage/update_plan.touched)
@@ -155,7 +154,7 @@ def simulate(layout: Layout, mode: str, flow: Flow, block_bytes: int, *, bulk: b
     upd["touched"] = p_touch[rec].sum(axis=1)
     prb = {f: np.zeros(steps) for f in PROBE_FEATURES}
     prb["fixed"][:] = 1.0
-    prb["result_bytes"] = size[rec].sum(axis=1) / flow.keys * flow.visible_bytes
+    prb["result_bytes"] = valid_size[rec].sum(axis=1) / flow.keys * flow.visible_bytes
     spread: list[float] = []
     if mode == "rebuild":
         blocks, cut_rows = _rebuild(flow, rows_per_block, k, sub, vol, size, expiring, p_ins, p_touch, upd, spread,
@@ -172,12 +171,27 @@ def simulate(layout: Layout, mode: str, flow: Flow, block_bytes: int, *, bulk: b
         prb["bytes"] = (exist * stretch * per_block).sum(axis=1)
         live_blocks = blocks.sum(axis=1)
     else:
-        live_runs, live_blocks = _norebuild(flow, rows_per_block, bulk, k, e, sub, vol, size, arriving, p_ins, p_touch,
+        live_runs, live_blocks = _norebuild(flow, rows_per_block, section_slots, bulk, k, e, sub, vol, size, arriving, p_ins, p_touch,
                                             upd, prb, rec)
     live_bytes = size[rec].sum(axis=1) * rb + live_blocks * flow.block_overhead
     scn = {"fixed": np.ones(steps), "blocks": live_blocks, "bytes": live_bytes,
            "tasks": live_runs + live_bytes / SCAN_TASK_BYTES}
-    return Trace(upd, prb, scn, np.array(spread or [0.0]), live_bytes, live_blocks, live_runs)
+    stored, valid = size[rec].sum(axis=1), valid_size[rec].sum(axis=1)
+    kept = np.divide(stored, valid, out=np.ones_like(stored), where=valid > 0)
+    return Trace(upd, prb, scn, np.array(spread or [0.0]), live_bytes, live_blocks, live_runs, kept)
+
+
+def _flows(k: np.ndarray, e: np.ndarray, sub: np.ndarray, vol: np.ndarray, n: int, total: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(records leaving, records arriving, records held) per update 0..total (rows) and
+    sub-index (columns), the cells (k, e) arriving at k (the initial state's at 0) and leaving at e."""
+    initial = k <= 0
+    ee = (e >= 1) & (e <= total)
+    gone = np.bincount(e[ee] * n + sub[ee], vol[ee], (total + 1) * n).reshape(total + 1, n)
+    came = np.zeros((total + 1, n))
+    came[1:] = np.bincount((k[~initial] * n + sub[~initial]), vol[~initial], (total + 1) * n).reshape(total + 1, n)[1:]
+    held = np.maximum(np.bincount(sub[initial], vol[initial], n) + np.cumsum(came - gone, axis=0), 0.0)
+    return gone, came, held
 
 
 def _rebuild(flow: Flow, rows_per_block: float, k: np.ndarray, sub: np.ndarray, vol: np.ndarray, size: np.ndarray,
@@ -226,14 +240,14 @@ def _rebuild(flow: Flow, rows_per_block: float, k: np.ndarray, sub: np.ndarray, 
     return blocks[warmup + 1:], rows[warmup + 1:]
 
 
-def _norebuild(flow: Flow, rows_per_block: float, bulk: bool, k: np.ndarray, e: np.ndarray, sub: np.ndarray,
+def _norebuild(flow: Flow, rows_per_block: float, group: int, bulk: bool, k: np.ndarray, e: np.ndarray, sub: np.ndarray,
                vol: np.ndarray, size: np.ndarray, arriving: np.ndarray, p_ins: np.ndarray, p_touch: np.ndarray,
                upd: dict[str, np.ndarray], prb: dict[str, np.ndarray], rec: slice) -> tuple[np.ndarray, np.ndarray]:
     """Fills the NoRebuild update and probe counts; returns the live runs and blocks after each
     recorded update. Nothing here has a history beyond the cells: a section is a cell (an
     update's records of one expiration slot; in the bulk load's runs, all records of one
     sub-index and slot), a run an update's records of one sub-index, dying with its last section."""
-    n, total = size.shape[1], size.shape[0] - 1
+    n, total, p = size.shape[1], size.shape[0] - 1, k.shape[1]
     cells = vol > 0
     own = cells & (k > 0) if bulk else cells  # cells in runs of their own update
     owner = (k - k[0, 0]) * n + sub
@@ -242,7 +256,12 @@ def _norebuild(flow: Flow, rows_per_block: float, bulk: bool, k: np.ndarray, e: 
     np.maximum.at(run_dies, owner[own], e[own])
     ids = np.flatnonzero(run_m > 0)
     runs = [(at_least_one(run_m[ids]), ids % n, np.maximum(ids // n + k[0, 0], 0), run_dies[ids])]
-    sections = [(_section_reads(vol[own], flow, rows_per_block), np.maximum(k[own], 0), e[own])]
+    # a section: an update's cells of one sub-index whose records share a section slot
+    sec_of = (k[own] - k[0, 0]) * (int(e.max()) + 1) * n + e[own] * n + sub[own]
+    sec_ids, where = np.unique(sec_of, return_inverse=True)
+    sec_m = np.bincount(where, vol[own], sec_ids.size)
+    sec_k = sec_ids // ((int(e.max()) + 1) * n) + k[0, 0]
+    sections = [(_section_reads(sec_m, flow, rows_per_block), np.maximum(sec_k, 0), sec_ids // n % (int(e.max()) + 1))]
     if bulk:  # the bulk load at 0: one run per sub-index, a section per (sub-index, expiration slot)
         first = cells & (k <= 0)
         per = np.zeros((n, int(e.max()) + 1))
@@ -255,8 +274,10 @@ def _norebuild(flow: Flow, rows_per_block: float, bulk: bool, k: np.ndarray, e: 
     sec_live = _live_sums(*(np.concatenate(x) for x in zip(*sections)), total)
     exist, which, born, dies = (np.concatenate(x) for x in zip(*runs))
     runs_by_sub = _live_sums(exist[:, None] * (which[:, None] == np.arange(n)), born, dies, total)
-    new = _section_reads(flow.rate * np.asarray(flow.exp_offsets[1:], dtype=float), flow, rows_per_block)
-    upd["written_blocks"][:] = float(new[:, 3].sum())
+    # the sections an update writes (its records of each section slot), averaged over the updates' phases
+    upd["written_blocks"][:] = float(np.mean([_section_reads(np.bincount(
+        (ph + np.arange(1, p + 1)) // group - ph // group, flow.rate * np.asarray(flow.exp_offsets[1:], dtype=float)),
+        flow, rows_per_block)[:, 3].sum() for ph in range(group)]))
     upd["written_bytes"] = arriving[rec].sum(axis=1) * flow.record_bytes + upd["written_blocks"] * flow.block_overhead
     upd["files"] = p_ins[rec].sum(axis=1)
     upd["runs_touched"] = (p_touch[rec] * runs_by_sub[rec.start - 1:rec.stop - 1]).sum(axis=1)
