@@ -267,7 +267,7 @@ def _explain_job(a, path: str, spark: list, out) -> dict:
         g = facts["grace"] = grace_of(job, cfg)
         show(f"grace      {g} chronons ({job.time_unit}): tick T runs when the wall clock reads T + {g}; "
              "events at or before T that land after that are late")
-    show(f"layout     {chosen}{cfg.layout_obj.describe()}, {cfg.mode}; Delta={cfg.delta} S={cfg.max_lifetime} (p={cfg.time.p})")
+    show(f"layout     {chosen}{cfg.layout_obj.describe()}, {cfg.mode_text}; Delta={cfg.delta} S={cfg.max_lifetime} (p={cfg.time.p})")
     show(f"archive    {job.archive.path}" + ("" if exists else " (created by the first `ebb run`)"))
     columns = None
     if all(_has_files(job.sources[w.source].path) for w in q.windows):

@@ -94,7 +94,7 @@ def init_cmd(a: argparse.Namespace) -> int:
     )
     with Archive.create(a.path, cfg, data_dir=a.data_dir) as arc:
         note = f" (S rounded up to {cfg.max_lifetime})" if cfg.max_lifetime != a.max_lifetime else ""
-        print(f"created {arc.path}: {cfg.layout_obj.describe()}, {cfg.mode}, n={cfg.n}, "
+        print(f"created {arc.path}: {cfg.layout_obj.describe()}, {cfg.mode_text}, n={cfg.n}, "
               f"tau={cfg.tau} Delta={cfg.delta} S={cfg.max_lifetime}{note} p={cfg.time.p}")
     return 0
 

@@ -147,6 +147,7 @@ def _counted(batches, bar):
 
 def stats_cmd(a: argparse.Namespace) -> int:
     from ..storage.archive import open_readonly
+    from ..storage.config import ArchiveConfig
     from .progress import human_size as size
     from .progress import plural
     from .timefmt import Clock, time_label
@@ -164,7 +165,7 @@ def stats_cmd(a: argparse.Namespace) -> int:
         return 0
     c = s["config"]
     print(f"archive   {s['path']}")
-    print(f"layout    {s['layout']}, {c['mode']}; {s['n']} sub-indices")
+    print(f"layout    {s['layout']}, {ArchiveConfig(**c).mode_text}; {s['n']} sub-indices")
     print(f"time      tau={c['tau']} Delta={c['delta']} S={c['max_lifetime']} p={s['p']}"
           + (f" ({c['time_unit']})" if c.get("time_unit") else "")
           + (f"; chronon 0 is {c['origin']}" if c.get("origin") else ""))

@@ -77,6 +77,11 @@ class ArchiveConfig:
     def n(self) -> int:
         return self.layout_obj.n
 
+    @property
+    def mode_text(self) -> str:
+        """The mode as people read it: "rebuild", "norebuild", "norebuild, sections of 2 slots"."""
+        return self.mode + (f", sections of {self.section_slots} slots" if self.section_slots > 1 else "")
+
     def section_slot(self, k_exp: np.ndarray) -> np.ndarray:
         """The section that records of expiration slots ``k_exp`` are written to in a NoRebuild run:
         the last slot of their group of ``section_slots`` consecutive slots, so that a section is

@@ -101,7 +101,7 @@ def target_config(current: ArchiveConfig, **layout) -> ArchiveConfig:
         wide = 1  # kept only where the new layout can have sections wider than a slot
     new = check_config(replace(base, section_slots=wide))
     if all(getattr(new, f) == getattr(current, f) for f in LAYOUT_FIELDS):
-        raise ConfigError(f"the archive already has this layout ({current.layout_obj.describe()}, {current.mode})")
+        raise ConfigError(f"the archive already has this layout ({current.layout_obj.describe()}, {current.mode_text})")
     return new
 
 
@@ -217,4 +217,4 @@ def _copy(archive, txn, state: ArchiveState, target: ArchiveConfig, created: lis
 
 
 def _describe(cfg: ArchiveConfig) -> str:
-    return f"{cfg.layout_obj.describe()}, {cfg.mode}"
+    return f"{cfg.layout_obj.describe()}, {cfg.mode_text}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -175,6 +176,9 @@ def test_bad_init_arguments(tmp_path):
     assert r.returncode == 2 and "max-lifetime" in r.stderr
     r = ebb("init", tmp_path / "z", "--layout", "wave", "--G", 2, "--mode", "rebuild", "--max-lifetime", 8, "--interval", 2, "--start", 0)
     assert r.returncode == 2
+    r = ebb("init", tmp_path / "w", "--layout", "wave", "--mode", "rebuild", "--section-slots", 2, "--max-lifetime", 8,
+            "--interval", 2, "--start", 0)
+    assert r.returncode == 2 and "--section-slots above 1 needs --mode norebuild" in r.stderr and not (tmp_path / "w").exists()
     r = ebb("probe", tmp_path / "nothing", "1")
     assert r.returncode == 1 and "not an ebb archive" in r.stderr
 
@@ -216,7 +220,7 @@ def test_reserved_column_names_are_explained(tmp_path):
 
 
 def test_configuration_is_checked_and_completed_in_the_library():
-    from ebb.storage.config import MAX_SLOTS, build_config
+    from ebb.storage.config import MAX_SLOTS, ArchiveConfig, build_config
     from ebb.storage.errors import ConfigError
 
     cfg = build_config(layout="doubly", mode="rebuild", interval=10, max_lifetime=37)
@@ -232,6 +236,18 @@ def test_configuration_is_checked_and_completed_in_the_library():
         build_config(layout="doubly", mode="rebuild", interval=1, max_lifetime=10, key_column="__ebb_key")
     with pytest.raises(ConfigError):
         Archive.create("/nonexistent-never-created", cfg.__class__(**{**cfg.__dict__, "delta": 0}))
+    # sections wider than a slot: NoRebuild, where no sub-index is chosen by expiration slot
+    wide = dict(mode="norebuild", interval=1, max_lifetime=8, section_slots=2)
+    assert build_config(layout="wave", **wide).section_slot(np.arange(1, 6)).tolist() == [1, 3, 3, 5, 5]
+    assert build_config(layout="doubly", G=4, E=1, **wide).section_slots == 2
+    for bad, msg in ((dict(layout="wave", split="expiration"), "needs --mode norebuild"),
+                     (dict(layout="doubly"), "needs --mode norebuild"), (dict(layout="wave", mode="rebuild"), "needs"),
+                     (dict(layout="wave", section_slots=9), "from 1 to p"), (dict(layout="wave", section_slots=0), "from 1")):
+        with pytest.raises(ConfigError, match=msg):
+            build_config(**{**wide, **bad})
+    # the stored configuration names section_slots only when it is not 1, as archives made before it
+    assert b"section_slots" not in cfg.to_json()
+    assert ArchiveConfig.from_json(build_config(layout="wave", **wide).to_json()).section_slots == 2
 
 
 def test_huge_p_refused_at_init(tmp_path):

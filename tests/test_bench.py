@@ -46,10 +46,14 @@ def test_config_names():
     b = configs.parse("Rebuild2x2-chr-b128k")  # a block size: the layout's archive is made with it
     assert (b.G, b.partitioning, b.block_kib, b.technique) == (2, "chronological", 128, "Rebuild-chr-b128k")
     assert configs.parse("D-ins4-b64k").technique == "D-ins-b64k" and configs.parse("D-ins4").block_kib == 0
+    wide = configs.parse("D-ins4-s2-b64k")  # sections of 2 expiration slots (ebb init --section-slots)
+    assert (wide.section_slots, wide.block_kib, wide.technique) == (2, 64, "D-ins-s2-b64k")
+    assert configs.parse("NoRebuild4x1-s3").section_slots == 3 and configs.parse("D-ins4").section_slots == 1
     tiny = replace(WORKLOADS["many-keys"], per_slot=100)
     assert archive_config(b, tiny).block_bytes == 128 << 10
     assert archive_config(configs.parse("Rebuild2x2"), tiny).block_bytes == DEFAULT_BLOCK_BYTES
-    for bad in ("R-ins40", "Rebuild4x", "mysql", "sqlite-b64k", "Rebuild2x2-b0k", "Rebuild2x2-b" + "9" * 6 + "k"):
+    assert archive_config(wide, tiny).section_slots == 2
+    for bad in ("R-ins4-s2", "NoRebuild2x2-s2", "D-exp4-s2", "D-ins4-s0", "R-ins40", "Rebuild4x", "mysql", "sqlite-b64k", "Rebuild2x2-b0k", "Rebuild2x2-b" + "9" * 6 + "k"):
         with pytest.raises(ValueError):
             configs.parse(bad)
     small = configs.default_configs("thesis-small")

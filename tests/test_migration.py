@@ -46,6 +46,8 @@ def targets(draw):
         t.update(G=draw(st.integers(1, 3)), E=draw(st.integers(1, 3)))
     else:
         t["n_wave"] = draw(st.integers(1, 2))  # at most p, which is at least 2
+    if t["mode"] == "norebuild" and (t.get("split") == "insertion" or t.get("E") == 1):
+        t["section_slots"] = draw(st.integers(1, 2))
     return t, draw(st.booleans())  # (settings, copy)
 
 
@@ -192,4 +194,10 @@ def test_migrate_refuses_what_it_cannot_do(tmp_path):
         assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     with pytest.raises(ConfigError, match="cannot change"):
         target_config(config(), delta=4)
+    wide = target_config(config(), layout="wave", mode="norebuild", section_slots=2)
+    assert wide.section_slots == 2
+    assert target_config(wide, n_wave=8).section_slots == 2  # kept where the new layout allows it
+    assert target_config(wide, mode="rebuild").section_slots == 1  # else back to 1
+    with pytest.raises(ConfigError, match="section-slots above 1 needs"):
+        target_config(wide, layout="doubly", section_slots=2)
     assert set(LAYOUT_FIELDS) < set(ArchiveConfig.__dataclass_fields__)

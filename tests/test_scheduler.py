@@ -165,7 +165,9 @@ def test_job_fields_grace_retain_update_log(tmp_path):
     cfg = archive_config(job, classify(job))
     assert (cfg.retain, cfg.update_log) == (3600, 50)
     default = archive_config(load_job(str(write_job(tmp_path / "d"))), classify(job))
-    assert default.retain == 0 and default.update_log == 1000
+    assert default.retain == 0 and default.update_log == 1000 and default.section_slots == 1
+    wide = load_job(str(write_job(tmp_path / "w", archive='mode = "norebuild"\nE = 1\nsection_slots = 2')))
+    assert archive_config(wide, classify(wide)).section_slots == 2
     for job_, archive, words in (
         ("grace = -1", "", "job.grace: must be a number of chronons from 0 up, got -1"),
         ("grace = true", "", "job.grace: expected int"),
@@ -173,6 +175,7 @@ def test_job_fields_grace_retain_update_log(tmp_path):
         ("", "retain = -5", "archive.retain: must be a number of chronons from 0 up, got -5"),
         ("", "update_log = 0", "archive.update_log: must be a positive number of update records, got 0"),
         ("", "retian = 5", "did you mean 'retain'?"),
+        ("", "section_slots = 0", "archive.section_slots: must be a positive number of slots, got 0"),
     ):
         with pytest.raises(JobError, match=words.replace("?", r"\?").replace("[", r"\[").replace("]", r"\]")):
             load_job(str(write_job(tmp_path / "bad", job=job_, archive=archive)))

@@ -731,7 +731,7 @@ ebb bench thesis-large-smallbatch      # 5 GB with thesis-small's batch: the upd
 ebb bench fluctuating                  # Figure 4.8 (uses thesis-small's summary as the steady baseline)
 ebb bench periodic                     # bursts every 4 updates: round-robin, chronological, random (thesis 4.3.3)
 ebb bench thesis-small --resume        # finish an interrupted run; --configs/--updates/--scan-every to narrow it
-ebb bench many-keys --updates 12 --one-layout D-ins4 --configs D-ins4,NoRebuild2x2,sqlite,duckdb,lmdb,rocksdb,parquet
+ebb bench many-keys --updates 12 --one-layout D-ins4 --configs D-ins4,D-ins25-s2,sqlite,duckdb,lmdb,rocksdb,parquet
                                        # one layout against every peer, kept apart from the workload's full run
 ```
 

@@ -25,7 +25,8 @@ expected reads per update (docs/advisor.md).
 Candidates: wave indices of n = 4, 9, 16, 25 sub-indices split by insertion or expiration time,
 and doubly partitioned indices 2x2, 3x3, 4x4, 5x5, 2x8, 8x2 with round-robin, chronological or
 random partitioning, each in Rebuild and NoRebuild mode (named as `ebb bench` names them:
-R-ins4, D-exp9, Rebuild4x4, NoRebuild2x8-chr, Rebuild3x3-rand, ...).
+R-ins4, D-exp9, Rebuild4x4, NoRebuild2x8-chr, Rebuild3x3-rand, ...). An archive's own layout
+(--archive) is ranked too, sections wider than a slot included (D-ins4-s2).
 
 The workload is one of:
   JOB.toml             a job file (docs/jobs.md) and a sample of its landed events (by default

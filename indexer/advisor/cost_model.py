@@ -37,8 +37,6 @@ RUN_METADATA_BYTES = 256  # a live run's entry in the state and its descriptor's
 RANDOM_SEED = 0x5EED  # random partitioning is predicted with this hash seed
 WAVE_NS = (4, 9, 16, 25)
 SHAPES = ((2, 2), (3, 3), (4, 4), (5, 5), (2, 8), (8, 2))
-SECTION_SLOTS = (2, 4)  # D-ins's wider sections
-SPACE_LIMIT = 1.1  # wider sections are weighed only if they keep stored / valid records within this
 PARTITIONINGS = {"round-robin": "", "chronological": "-chr", "random": "-rand"}
 
 
@@ -150,12 +148,12 @@ def candidates(p: int) -> list[Candidate]:
     """Every layout the advisor weighs for p = S/Delta slots: wave n in 4, 9, 16, 25 split by
     insertion or expiration, and doubly partitioned 2x2, 3x3, 4x4, 5x5, 2x8, 8x2 with round-robin,
     chronological or random partitioning, each in Rebuild and NoRebuild mode (layouts with more
-    partitions than slots are left out: they cannot be built or leave sub-indices empty)."""
+    partitions than slots are left out: they cannot be built or leave sub-indices empty). Sections
+    wider than a slot are modelled (an archive's own layout, ``candidate_of``) but not weighed:
+    docs/advisor.md, "Limits", says why."""
     out = []
     for mode in ("rebuild", "norebuild"):
         out += [Candidate("wave", mode, split=s, n=n) for s in ("insertion", "expiration") for n in WAVE_NS if n <= p]
-        if mode == "norebuild":
-            out += [Candidate("wave", mode, n=n, section_slots=k) for n in WAVE_NS for k in SECTION_SLOTS if max(n, k) <= p]
         out += [Candidate("doubly", mode, partitioning=part, G=g, E=e) for part in PARTITIONINGS for g, e in SHAPES
                 if part != "chronological" or max(g, e) <= p]
     return out
@@ -255,13 +253,10 @@ def _rate_sensitivity(profile: WorkloadProfile, cand: Candidate, cal: Calibratio
 
 def rank(profile: WorkloadProfile, cal: Calibration, mix: Mix, schedule: Schedule = Schedule(),
          among: list[Candidate] | None = None) -> list[Prediction]:
-    """Predictions for ``among`` (default: every candidate for the profile's p, less those with
-    sections wider than a slot that would store over SPACE_LIMIT x the valid records), cheapest
-    total for ``mix`` first."""
-    preds = [predict(profile, c, cal, schedule) for c in (candidates(profile.p) if among is None else among)]
-    if among is None:
-        preds = [pr for pr in preds if pr.candidate.section_slots == 1 or pr.stored_share <= SPACE_LIMIT]
-    return sorted(preds, key=lambda pr: pr.total(mix))
+    """Predictions for ``among`` (default: every candidate for the profile's p), cheapest total
+    for ``mix`` first."""
+    cands = candidates(profile.p) if among is None else among
+    return sorted((predict(profile, c, cal, schedule) for c in cands), key=lambda pr: pr.total(mix))
 
 
 def candidate_of(config: dict) -> Candidate:
