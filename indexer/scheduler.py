@@ -114,8 +114,8 @@ def grace_of(job: Job, cfg: ArchiveConfig) -> int:
 def archive_config(job: Job, cls: Classification) -> ArchiveConfig:
     """The archive a job creates: its [archive] section, with ``auto`` resolved (checked and
     completed by storage's ``build_config``, as ``ebb init`` is). ``auto`` is the layout advisor's
-    recommendation (layout, mode, partitioning or split, G and E or n, section slots) when a calibration exists
-    (indexer/advisor/auto.py), else the update pattern's default."""
+    recommendation (layout, mode, partitioning or split, G and E or n, section slots) when a
+    calibration exists (indexer/advisor/auto.py), else the update pattern's default."""
     from .advisor.auto import auto_layout
 
     a = job.archive

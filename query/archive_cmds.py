@@ -64,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=None, help="random partitioning: the hash seed (default: drawn at random)")
     c.add_argument("--section-slots", type=int, default=1, metavar="K",
                    help="norebuild, wave split by insertion or doubly with E = 1: expiration slots per section of "
-                        "a run (default 1). K > 1 means K times fewer blocks for a probe to search, and faster "
-                        "updates; expired records stay on disk up to K-1 updates longer (never returned)")
+                        "a run (default 1). K > 1: fewer sections for a probe to search where keys have records in "
+                        "many of them; expired records stay on disk up to K-1 updates longer, never returned, and "
+                        "scans filter them out (docs/io.md)")
     c.set_defaults(handler=init_cmd)
 
     c = sub.add_parser(

@@ -12,9 +12,9 @@ Both write only new files; what they return is applied by the commit.
   section slot (``ArchiveConfig.section_slot``: the expiration slot, or the last of its group of
   ``section_slots``), sorted by (section slot, key, exp), no block spanning two sections. Deleting
   slot j from a run is a metadata change: its blocks of sections <= j hold exactly its records
-  whose section slot is <= j (all with exp <= T_j), always a prefix of the file, so the run's first live block moves past them (the
-  prefix's disk space is reclaimed once no reader needs it; a run with no live block is
-  dropped). A probe visits at most one stretch of blocks per live (run, section).
+  whose section slot is <= j (all with exp <= T_j), always a prefix of the file, so the run's
+  first live block moves past them (the prefix's disk space is reclaimed once no reader needs
+  it; a run with no live block is dropped). A probe visits at most one stretch of blocks per live (run, section).
 
 Memory is bounded by the update's new records of the sub-index plus one merge chunk; nothing
 grows with keys the update does not mention.

@@ -2,9 +2,9 @@
 
 A run file is a sequence of blocks (``block_format``). Its descriptor has one entry per block:
 byte offset and length, row count, exp range, largest ts, section slot (NoRebuild sections,
-``ArchiveConfig.section_slot``; -1 in Rebuild runs), checksum, and the first and last key. It also holds a 32-bit page sum of
-every PAGE_BYTES page of every block, so that a probe can check just the pages it reads
-(``page_check``) instead of a whole block. Blocks are grouped in *sections* of
+``ArchiveConfig.section_slot``; -1 in Rebuild runs), checksum, and the first and last key. It
+also holds a 32-bit page sum of every PAGE_BYTES page of every block, so that a probe can check
+just the pages it reads (``page_check``) instead of a whole block. Blocks are grouped in *sections* of
 equal ``slot``, in ascending slot order; inside a section records are sorted by (key, exp), so
 a key's records are one contiguous stretch of each section.
 

@@ -4,7 +4,8 @@ Nothing here reads or writes a file. Given the configuration, the last committed
 validated batch, ``plan_update`` computes each record's insertion and expiration slot and
 sub-index (docs/spec.md sections 2 and 3), drops records already expired, orders the rest the
 way maintenance writes them (NoRebuild: by section, ``ArchiveConfig.section_slot``), and lists
-the sub-indices the update may insert into and delete from. ``touched`` then narrows the deletions to sub-indices that hold expiring records.
+the sub-indices the update may insert into and delete from. ``touched`` then narrows the
+deletions to sub-indices that hold records the update deletes.
 """
 
 from __future__ import annotations
