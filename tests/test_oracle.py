@@ -125,7 +125,7 @@ def test_random_schedules_match_oracle(sc):
         arc.close()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios().filter(lambda sc: sc["layout"].get("section_slots", 1) > 1), st.data())
 def test_wide_sections_drop_records_when_their_last_slot_is_due(sc, data):
     """With sections K slots wide, reads still equal the oracle's, and the archive stores exactly
