@@ -1340,24 +1340,42 @@ static void gather(const Layout *L, int c, const Candidate *cand, const Row *row
         }
     }
     if (L->kind[c] == FIXED) {
+        /* one row at a time: the rows come from many blocks; a load and a store for the common
+         * widths, where a memcpy of a width known only here is a call per row */
         Py_ssize_t w = L->width[c];
-        for (Py_ssize_t i = 0; i < n; i++)
-            memcpy(buf[1] + i * w, cand[rows[i].block].cols[c].values + rows[i].row * w, w);
+        if (w == 8)
+            for (Py_ssize_t i = 0; i < n; i++)
+                memcpy(buf[1] + 8 * i, cand[rows[i].block].cols[c].values + rows[i].row * 8, 8);
+        else if (w == 4)
+            for (Py_ssize_t i = 0; i < n; i++)
+                memcpy(buf[1] + 4 * i, cand[rows[i].block].cols[c].values + rows[i].row * 4, 4);
+        else
+            for (Py_ssize_t i = 0; i < n; i++)
+                memcpy(buf[1] + i * w, cand[rows[i].block].cols[c].values + rows[i].row * w, w);
     } else if (L->kind[c] == BOOL) {
         memset(buf[1], 0, ((uint64_t)n + 7) / 8);
         for (Py_ssize_t i = 0; i < n; i++)
             if (bit(cand[rows[i].block].cols[c].values, rows[i].row))
                 buf[1][i >> 3] |= (uint8_t)(1 << (i & 7));
     } else {
-        int32_t at = 0;
+        /* the offsets row by row; the data in one copy for each stretch of rows that follow one
+         * another in one block (a key's rows of one expiration slot often do) */
+        int32_t at = 0, copied = 0;  /* data written so far; of it, copied already */
+        const uint8_t *src = NULL;
         memcpy(buf[1], &at, 4);
         for (Py_ssize_t i = 0; i < n; i++) {
             const Column *col = &cand[rows[i].block].cols[c];
             int32_t lo = ldi32(col->values + 4 * rows[i].row), hi = ldi32(col->values + 4 * rows[i].row + 4);
-            memcpy(buf[2] + at, col->data + lo, hi - lo);
+            if (src == NULL || col->data + lo != src + (at - copied)) {  /* not where the stretch ends */
+                if (at > copied)
+                    memcpy(buf[2] + copied, src, (size_t)(at - copied));
+                src = col->data + lo, copied = at;
+            }
             at += hi - lo;
             memcpy(buf[1] + 4 * (i + 1), &at, 4);
         }
+        if (at > copied)
+            memcpy(buf[2] + copied, src, (size_t)(at - copied));
     }
 }
 
@@ -1366,18 +1384,25 @@ static void gather(const Layout *L, int c, const Candidate *cand, const Row *row
 static struct ArrowArray *batch(const Layout *L, const Candidate *cand, const Row *rows, Py_ssize_t n) {
     int nc = L->nout;
     uint64_t total = align64(sizeof(struct ArrowArray) * (1 + (uint64_t)nc) + sizeof(void *) * (1 + 4 * (uint64_t)nc));
+    uint64_t (*size)[3] = malloc(sizeof *size * (nc ? nc : 1));  /* each column's, from one pass over the rows */
+    int64_t *nulls = malloc(sizeof *nulls * (nc ? nc : 1));
+    if (size == NULL || nulls == NULL) {
+        free(size), free(nulls);
+        PyErr_NoMemory();
+        return NULL;
+    }
     for (int c = 0; c < nc; c++) {
-        uint64_t size[3];
-        int64_t nulls;
-        sizes(L, c, cand, rows, n, size, &nulls);
-        if (size[2] > INT32_MAX) {
+        sizes(L, c, cand, rows, n, size[c], &nulls[c]);
+        if (size[c][2] > INT32_MAX) {
+            free(size), free(nulls);
             PyErr_SetString(PyExc_OverflowError, "a probe's result is too large for one string column");
             return NULL;
         }
-        total += align64(size[0]) + align64(size[1]) + align64(size[2]);
+        total += align64(size[c][0]) + align64(size[c][1]) + align64(size[c][2]);
     }
     uint8_t *mem = batch_memory(total);
     if (mem == NULL) {
+        free(size), free(nulls);
         PyErr_NoMemory();
         return NULL;
     }
@@ -1388,20 +1413,18 @@ static struct ArrowArray *batch(const Layout *L, const Candidate *cand, const Ro
     bufs[0] = NULL;
     *top = (struct ArrowArray){n, 0, 0, 1, nc, bufs, kid_ptrs, NULL, release_batch, mem};
     for (int c = 0; c < nc; c++) {
-        uint64_t size[3];
-        int64_t nulls;
         uint8_t *b[3];
-        sizes(L, c, cand, rows, n, size, &nulls);
         for (int k = 0; k < 3; k++) {
-            b[k] = k == 0 && !nulls ? NULL : at;
-            at += align64(size[k]);
+            b[k] = k == 0 && !nulls[c] ? NULL : at;
+            at += align64(size[c][k]);
         }
         gather(L, c, cand, rows, n, b);
         const void **cb = bufs + 1 + 3 * c;
         cb[0] = b[0], cb[1] = b[1], cb[2] = b[2];
         kid_ptrs[c] = &kids[c];
-        kids[c] = (struct ArrowArray){n, nulls, 0, L->kind[c] == VARIABLE ? 3 : 2, 0, cb, NULL, NULL, release_child, NULL};
+        kids[c] = (struct ArrowArray){n, nulls[c], 0, L->kind[c] == VARIABLE ? 3 : 2, 0, cb, NULL, NULL, release_child, NULL};
     }
+    free(size), free(nulls);
     return top;
 }
 
