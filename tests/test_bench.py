@@ -495,6 +495,31 @@ def test_one_layout_section_names_each_measure_it_loses(tmp_path):
     # no measure lost: said so
     report.publish(plan, _summary("many-keys", names), docs, one_layout="D-ins4")
     assert "D-ins4 is at or ahead of every peer on every measure." in (docs / "benchmarks.md").read_text()
+    assert "D-ins4 at the library level" not in (docs / "benchmarks.md").read_text()  # no library run published
+    # with a published library run that measured D-ins4, its figures against the fastest peer's
+    # there (int64 peers only; a string-key variant is not a peer), under the layout's tables
+    lib = docs / "benchmarks" / "library"
+    lib.mkdir()
+    fields = ("update_median_s", "probe_p50_s", "probe_p99_s", "cold_p50_s", "batch_per_key_s", "scan_s")
+
+    def store(config, keys, *values):
+        return {"config": config, "keys": keys, **dict(zip(fields, values))}
+
+    (lib / "library.json").write_text(json.dumps({"ebb_commit": "fedcba987654", "stores": {
+        "D-ins4": store("D-ins4", "int64", 0.08, 29e-6, 170e-6, 780e-6, 7e-6, 0.06),
+        "Rebuild2x2": store("Rebuild2x2", "int64", 0.01, 1e-6, 1e-6, 1e-6, 1e-6, 0.01),
+        "sqlite": store("sqlite", "int64", 2.0, 30e-6, 150e-6, 900e-6, 4.6e-6, 2.0),
+        "rocksdb": store("rocksdb", "int64", 0.6, 50e-6, 150e-6, 730e-6, 67e-6, 1.0),
+        "D-ins4-str": store("D-ins4-str", "string", 0.001, 1e-6, 1e-6, 1e-6, 1e-6, 0.001)}}))
+    report.rewrite(docs)
+    section = (docs / "benchmarks.md").read_text().split("### D-ins4 at the library level", 1)[1].split("\n## ", 1)[0]
+    assert "fedcba987654" in section
+    assert "| update | 0.08 | rocksdb 0.6 | 0.133 | ahead |" in section
+    assert "| probe p50 | 29.0 | sqlite 30.0 | 0.967 | ahead |" in section
+    assert "| probe p99 | 170 | sqlite 150 | 1.13 | **behind** |" in section
+    assert "| probe cold p50 | 780 | rocksdb 730 | 1.07 | **behind** |" in section
+    assert "| batch probe per key | 7.00 | sqlite 4.60 | 1.52 | **behind** |" in section
+    assert "| scan | 0.06 | rocksdb 1.00 | 0.06 | ahead |" in section
 
 
 def _periodic_run(out: Path, random_gain: float) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -918,6 +918,42 @@ def _one_layout_section(figdir: Path) -> str:
         if others:
             text += f"- Also run (in the workload table's columns): {', '.join(others)}.\n"
         text += "\n" + _workload_table(s) + "\n\n"
+    return text + _one_layout_library(figdir, sorted({json.loads((d / f"plan-{w}.json").read_text())["layout"] for w in runs}))
+
+
+# (library.json field, measure, how shown) of the one layout's library-level comparison
+LIBRARY_MEASURES = (("update_median_s", "update", _f), ("probe_p50_s", "probe p50", _us), ("probe_p99_s", "probe p99", _us),
+                    ("cold_p50_s", "probe cold p50", _us), ("batch_per_key_s", "batch probe per key", _us),
+                    ("scan_s", "scan", _f))
+
+
+def _one_layout_library(figdir: Path, layouts: list[str]) -> str:
+    """Each one layout that ``ebb bench library``'s published run (library.json) also measured:
+    its figures against the fastest peer's there, where every store is probed side by side, the
+    stores taking turns, in processes that only read."""
+    path = figdir / "library" / "library.json"
+    if not path.exists():
+        return ""
+    run = json.loads(path.read_text())
+    stores = run.get("stores", {})
+    peers = [e for e in stores.values() if e.get("keys") == "int64" and parse(e["config"]).family == "peer"]
+    text = ""
+    for layout in [x for x in layouts if x in stores]:
+        e, rows = stores[layout], []
+        for field, label, fmt in LIBRARY_MEASURES:
+            have = [p for p in peers if acc.finite(p.get(field, float("nan")))]
+            if not acc.finite(e.get(field, float("nan"))) or not have:
+                continue
+            p = min(have, key=lambda q: q[field])
+            ratio = e[field] / p[field]
+            rows.append([label, fmt(e[field]), f"{p['config']} {fmt(p[field])}", _f(ratio),
+                         "ahead" if ratio <= 1.0 else "**behind**"])
+        text += (f"### {layout} at the library level\n\n"
+                 f"The same layout in `ebb bench library`'s run above (commit `{run.get('ebb_commit', '-')}`; its workload, "
+                 "not this section's: one bulk load then 8 updates, about one live record a key), where every store is "
+                 "probed side by side, the stores taking turns stretch by stretch, by processes that only read; "
+                 "seconds, latency in µs.\n\n"
+                 + _table(["measure", layout, "fastest peer", "layout / peer", "verdict"], rows) + "\n\n")
     return text
 
 
