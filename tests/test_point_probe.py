@@ -370,6 +370,67 @@ def test_cold_probes_of_many_blocks_read_ahead_and_answer_as_the_oracle(tmp_path
         pytest.skip("this filesystem keeps the run files' pages: the probes ran on a warm cache")
 
 
+_PROBE_EVERY_KEY = ("import json, sys\n"
+                    "from ebb.query.reader import ArchiveReader\n"
+                    "from ebb.storage.errors import CorruptionError\n"
+                    "out = {}\n"
+                    "with ArchiveReader(sys.argv[1]) as r:\n"
+                    "    for k in json.loads(sys.argv[2]):\n"
+                    "        try:\n"
+                    "            out[k] = list(map(repr, r.probe(k, int(sys.argv[3])).to_pylist()))\n"
+                    "        except CorruptionError as err:\n"
+                    "            out[k] = 'damaged: ' + str(err)\n"
+                    "print(json.dumps(out))\n")
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_a_probe_of_many_blocks_shared_by_threads_answers_and_fails_as_one_thread(tmp_path, text):
+    """A probe with at least 32 candidate blocks shares their searches and page checks among
+    threads, and copies the columns of an answer of 1,024 rows or more side by side
+    (``EBB_PROBE_THREADS``, else the CPUs the process may use). In fresh processes with 1 and 3
+    threads every key answers the same rows in the same order, the oracle's; with a byte flipped
+    in every 200, so that threads meet damaged blocks at once, both fail the same probes with the
+    same error (that of the first damaged block, as one thread meets it), in every one of 5 runs."""
+    rng = np.random.default_rng(5)
+    oracle = Oracle()
+    with Archive.create(str(tmp_path / "a"), config(mode="norebuild", block_bytes=256, max_lifetime=20)) as arc:
+        for T in range(16, 32, 2):
+            rows = rich_rows(rng, 1800, T - 12, T, 20, 2, text)
+            oracle.load(rows, T)
+            arc.load(pa.Table.from_pylist(rows, TEXT_RICH if text else RICH), T)
+        keys = [text_key(k) for k in range(-4, 4)] if text else list(range(-4, 4))
+        with arc.snapshot() as snap:
+            searched = [sum(blocks for _, blocks, _ in snap.native_probe(k, 30)[1]) for k in keys]
+        data_dir = arc.data_dir
+    assert max(searched) >= 64  # well past the threshold: every stored key's probe is shared
+    assert max(sum(oracle.probe(k, 30).values()) for k in keys) >= 1024  # and its copy too
+
+    def probe_all(threads: int) -> dict:
+        done = subprocess.run([sys.executable, "-c", _PROBE_EVERY_KEY, str(tmp_path / "a"), json.dumps(keys), "30"],
+                              capture_output=True, text=True, env=dict(os.environ, EBB_PROBE_THREADS=str(threads)),
+                              check=True)
+        return json.loads(done.stdout)
+
+    alone, shared = probe_all(1), probe_all(3)
+    assert alone == shared
+    with Archive(str(tmp_path / "a"), readonly=True) as arc:
+        for k in keys:
+            got = ArchiveReader(arc).probe(k, 30)
+            assert rows_multiset(got) == oracle.probe(k, 30), k
+            assert list(map(repr, got.to_pylist())) == alone[str(k)]
+    for name in sorted(os.listdir(data_dir)):  # a byte flipped in every 200 of every run file
+        path = os.path.join(data_dir, name)
+        bad = bytearray(open(path, "rb").read())
+        for at in range(100, len(bad), 200):
+            bad[at] ^= 0x20
+        with open(path, "wb") as f:
+            f.write(bad)
+    alone = probe_all(1)
+    assert sum(str(v).startswith("damaged") for v in alone.values()) >= 2
+    for _ in range(5):
+        assert probe_all(3) == alone
+
+
 @pytest.mark.parametrize("text", [False, True])
 def test_probe_many_is_every_single_probe_in_key_order(tmp_path, text):
     """10,000 keys (repeats, absent keys, keys outside the stored range) in one call: the rows of

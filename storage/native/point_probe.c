@@ -9,7 +9,8 @@
  * page_check does), finds the key's rows, keeps those valid at as_of, orders them by (exp, ts)
  * and copies them into one Arrow record batch that pyarrow imports through the C data interface
  * (storage/point_probe.py). A block that fails a check raises BlockError; nothing is returned.
- * The work between reading the arguments and building the batch runs without the GIL.
+ * The work between reading the arguments and building the batch runs without the GIL; a probe of
+ * many blocks shares their searches and checks among threads (``each_candidate``).
  *
  * Page sums are the low 32 bits of XXH3-64 (checksum.page_sum), from the vendored xxhash.h.
  */
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -953,49 +955,139 @@ static void strings_guess(const Column *col, uint64_t a, uint64_t z, uint64_t ro
     *hi = to < col->data_len ? to : col->data_len;
 }
 
+/* -- work shared between threads ----------------------------------------------------------------- */
+/* A probe of many blocks (thesis-small's keys have rows in hundreds) hashes megabytes of pages;
+ * each block's search and checks are independent of the others', so those of a probe with at
+ * least PARALLEL_BLOCKS candidates are shared by up to ``probe_threads`` threads (the caller's
+ * and helpers started for the phase), each taking the next block as it finishes one. A probe of
+ * a few blocks (a key-value lookup) stays on the caller's thread: starting a thread costs more. */
+#define PARALLEL_BLOCKS 32
+#define MAX_PROBE_THREADS 8
+static int probe_threads = 1;  /* set at import: the CPUs this process may run on, at most 4, or EBB_PROBE_THREADS */
+
+/* One phase's work over candidates [0, n): ``one(ctx, k, ahead, err)`` for each k. */
+typedef int (*BlockWork)(void *ctx, Py_ssize_t k, Ahead *ahead, Error *err);
+typedef struct Shared Shared;
+typedef struct { Shared *s; Ahead ahead; Error err; Py_ssize_t failed; } Worker;  /* failed: the block, or -1 */
+struct Shared { BlockWork one; void *ctx; Py_ssize_t n, next; int stop; };
+
+static void *work(void *arg) {
+    Worker *w = arg;
+    Shared *s = w->s;
+    for (;;) {
+        if (__atomic_load_n(&s->stop, __ATOMIC_RELAXED))
+            break;
+        Py_ssize_t k = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+        if (k >= s->n)
+            break;
+        if (s->one(s->ctx, k, &w->ahead, &w->err) < 0) {
+            w->failed = k;
+            __atomic_store_n(&s->stop, 1, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* Runs ``one`` for every candidate of ``P``, on the caller's thread alone or shared (above). The
+ * ranges the workers ask for are added to the probe's; the error is that of the first block that
+ * failed, as one thread would have met it, so a damaged archive fails the same way each time. */
+static int each_candidate(Probe *P, BlockWork one, void *ctx, Error *err) {
+    int threads = P->ncand >= PARALLEL_BLOCKS ? probe_threads : 1;
+    if (threads <= 1) {
+        for (Py_ssize_t k = 0; k < P->ncand; k++)
+            if (one(ctx, k, &P->ahead, err) < 0)
+                return -1;
+        return 0;
+    }
+    Shared s = {one, ctx, P->ncand, 0, 0};
+    Worker w[MAX_PROBE_THREADS];
+    pthread_t helper[MAX_PROBE_THREADS];
+    int started = 0, rc = 0;
+    for (int t = 0; t < threads; t++)
+        w[t] = (Worker){.s = &s, .failed = -1};
+    for (int t = 1; t < threads; t++, started++)
+        if (pthread_create(&helper[t], NULL, work, &w[t]) != 0)
+            break;  /* fewer helpers: the work is shared by those there are */
+    work(&w[0]);
+    for (int t = 1; t <= started; t++)
+        pthread_join(helper[t], NULL);
+    Py_ssize_t first = -1;
+    int by = 0;
+    for (int t = 0; t <= started; t++)
+        if (w[t].failed >= 0 && (first < 0 || w[t].failed < first))
+            first = w[t].failed, by = t;
+    if (first >= 0) {
+        *err = w[by].err;
+        rc = -1;
+    }
+    for (int t = 0; t <= started; t++) {
+        for (Py_ssize_t i = 0; rc == 0 && i < w[t].ahead.n; i++) {
+            if (grow(&P->ahead.v, P->ahead.n, &P->ahead.cap, sizeof(struct iovec), err) < 0)
+                rc = -1;
+            else
+                P->ahead.v[P->ahead.n++] = w[t].ahead.v[i];
+        }
+        if (w[t].ahead.longest > P->ahead.longest)
+            P->ahead.longest = w[t].ahead.longest;
+        free(w[t].ahead.v);
+    }
+    for (Py_ssize_t k = 0; k < P->ncand; k++)
+        P->cand[k].b.err = err;  /* not a worker's, gone with this frame */
+    return rc;
+}
+
 /* Decodes each candidate block in place and finds the key's rows in it (a block without page sums
  * is checked whole first). Then asks, for all blocks at once, for the found rows of every other
  * returned column, or for the whole block if most of it is asked for. */
-static int search_blocks(Probe *P, const Layout *L, const Key *key, Error *err) {
-    for (Py_ssize_t k = 0; k < P->ncand; k++) {
-        Candidate *C = &P->cand[k];
-        Block *b = &C->b;
-        if (b->sums == NULL && page_hash(b->p, b->len) != C->e.checksum)
-            return fail(err, b->run, (int64_t)C->e.offset, "fails its checksum");
-        C->cols = calloc(L->ncols, sizeof(Column));
-        if (C->cols == NULL)
-            return no_memory(err);
-        if (decode(b, L, C->e.rows, C->cols) < 0 || key_rows(b, L, C->cols, C->e.rows, key, C->guess, &C->a, &C->z) < 0)
-            return -1;
-        if (b->sums != NULL && 4 * (C->z - C->a) > C->e.rows) {  /* one request and one hash, as task_reader does */
-            C->whole = 1;
-            if (ahead_add(&P->ahead, b, b->p, b->p + b->len, err) < 0)
-                return -1;
-            continue;
-        }
-        for (int c = 0; c < L->nout && C->z > C->a && b->sums != NULL; c++) {
-            const Column *col = &C->cols[c];
-            uint64_t a = C->a, z = C->z, rows = C->e.rows;
-            if (c == L->key)
-                continue;  /* the search has read these */
-            if (col->validity && ahead_add(&P->ahead, b, col->validity + a / 8, col->validity + (z + 7) / 8, err) < 0)
-                return -1;
-            int r;
-            if (L->kind[c] == FIXED)
-                r = ahead_add(&P->ahead, b, col->values + (uint64_t)L->width[c] * a, col->values + (uint64_t)L->width[c] * z, err);
-            else if (L->kind[c] == BOOL)
-                r = ahead_add(&P->ahead, b, col->values + a / 8, col->values + (z + 7) / 8, err);
-            else {  /* the offsets, and about where the rows' strings are (known once the offsets are read) */
-                uint64_t lo, hi;
-                strings_guess(col, a, z, rows, &lo, &hi);
-                r = ahead_add(&P->ahead, b, col->values + 4 * a, col->values + 4 * (z + 1), err);
-                if (r == 0 && lo < hi)
-                    r = ahead_add(&P->ahead, b, col->data + lo, col->data + hi, err);
-            }
-            if (r < 0)
-                return -1;
-        }
+typedef struct { Probe *P; const Layout *L; const Key *key; } SearchWork;
+
+static int search_block(void *ctx, Py_ssize_t k, Ahead *ahead, Error *err) {
+    const SearchWork *sw = ctx;
+    const Layout *L = sw->L;
+    Candidate *C = &sw->P->cand[k];
+    Block *b = &C->b;
+    b->err = err;  /* this thread's */
+    if (b->sums == NULL && page_hash(b->p, b->len) != C->e.checksum)
+        return fail(err, b->run, (int64_t)C->e.offset, "fails its checksum");
+    C->cols = calloc(L->ncols, sizeof(Column));
+    if (C->cols == NULL)
+        return no_memory(err);
+    if (decode(b, L, C->e.rows, C->cols) < 0 || key_rows(b, L, C->cols, C->e.rows, sw->key, C->guess, &C->a, &C->z) < 0)
+        return -1;
+    if (b->sums != NULL && 4 * (C->z - C->a) > C->e.rows) {  /* one request and one hash, as task_reader does */
+        C->whole = 1;
+        return ahead_add(ahead, b, b->p, b->p + b->len, err);
     }
+    for (int c = 0; c < L->nout && C->z > C->a && b->sums != NULL; c++) {
+        const Column *col = &C->cols[c];
+        uint64_t a = C->a, z = C->z, rows = C->e.rows;
+        if (c == L->key)
+            continue;  /* the search has read these */
+        if (col->validity && ahead_add(ahead, b, col->validity + a / 8, col->validity + (z + 7) / 8, err) < 0)
+            return -1;
+        int r;
+        if (L->kind[c] == FIXED)
+            r = ahead_add(ahead, b, col->values + (uint64_t)L->width[c] * a, col->values + (uint64_t)L->width[c] * z, err);
+        else if (L->kind[c] == BOOL)
+            r = ahead_add(ahead, b, col->values + a / 8, col->values + (z + 7) / 8, err);
+        else {  /* the offsets, and about where the rows' strings are (known once the offsets are read) */
+            uint64_t lo, hi;
+            strings_guess(col, a, z, rows, &lo, &hi);
+            r = ahead_add(ahead, b, col->values + 4 * a, col->values + 4 * (z + 1), err);
+            if (r == 0 && lo < hi)
+                r = ahead_add(ahead, b, col->data + lo, col->data + hi, err);
+        }
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int search_blocks(Probe *P, const Layout *L, const Key *key, Error *err) {
+    SearchWork sw = {P, L, key};
+    if (each_candidate(P, search_block, &sw, err) < 0)
+        return -1;
     advise(P, 0);
     return 0;
 }
@@ -1028,20 +1120,33 @@ static int ahead_strings(Probe *P, const Layout *L, Error *err) {
     return 0;
 }
 
-/* Checks the found rows of every returned column (or the whole block, against its checksum) and
- * keeps those valid at ``as_of``, ordered. */
+/* Checks the found rows of every returned column of candidate ``k`` (or the whole block, against
+ * its checksum). */
+static int check_block(void *ctx, Py_ssize_t k, Ahead *ahead, Error *err) {
+    (void)ahead;
+    const SearchWork *sw = ctx;
+    const Layout *L = sw->L;
+    Candidate *C = &sw->P->cand[k];
+    C->b.err = err;  /* this thread's */
+    if (C->whole) {
+        if (page_hash(C->b.p, C->b.len) != C->e.checksum)
+            return fail(err, C->run, (int64_t)C->e.offset, "fails its checksum");
+        C->b.sums = NULL;  /* every page is checked now */
+    }
+    for (int c = 0; c < L->nout && C->z > C->a; c++)
+        if (check_rows(&C->b, L, &C->cols[c], c, C->a, C->z) < 0)
+            return -1;
+    return 0;
+}
+
+/* Checks the found rows of every block, then keeps those valid at ``as_of``, ordered. */
 static int collect(Probe *P, const Layout *L, int64_t as_of, Error *err) {
+    SearchWork sw = {P, L, NULL};
     Py_ssize_t cap = 0;
+    if (each_candidate(P, check_block, &sw, err) < 0)
+        return -1;
     for (Py_ssize_t k = 0; k < P->ncand; k++) {
         Candidate *C = &P->cand[k];
-        if (C->whole) {
-            if (page_hash(C->b.p, C->b.len) != C->e.checksum)
-                return fail(err, C->run, (int64_t)C->e.offset, "fails its checksum");
-            C->b.sums = NULL;  /* every page is checked now */
-        }
-        for (int c = 0; c < L->nout && C->z > C->a; c++)
-            if (check_rows(&C->b, L, &C->cols[c], c, C->a, C->z) < 0)
-                return -1;
         for (uint64_t row = C->a; row < C->z; row++) {
             int64_t ts = ldi64(C->cols[L->ts].values + 8 * row), exp = ldi64(C->cols[L->exp].values + 8 * row);
             if (!(ts <= as_of && as_of < exp))
@@ -1956,6 +2061,24 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_point_probe", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
+/* How many threads share a probe of many blocks: EBB_PROBE_THREADS if set (1: the caller's alone),
+ * else the CPUs this process may run on, at most 4 (beyond that a probe's memory traffic, not its
+ * hashing, bounds it). */
+static int cpus_for_probes(void) {
+    const char *env = getenv("EBB_PROBE_THREADS");
+    long n = env != NULL ? strtol(env, NULL, 10) : -1;
+    if (n < 1) {
+#ifdef __linux__
+        cpu_set_t cpus;
+        n = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+#else
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+        n = n > 4 ? 4 : n;
+    }
+    return n < 1 ? 1 : n > MAX_PROBE_THREADS ? MAX_PROBE_THREADS : (int)n;
+}
+
 PyMODINIT_FUNC PyInit__point_probe(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1968,6 +2091,7 @@ PyMODINIT_FUNC PyInit__point_probe(void) {
     __builtin_cpu_init();
     cpu_avx2 = __builtin_cpu_supports("avx2") && getenv("EBB_NO_AVX2") == NULL;
 #endif
+    probe_threads = cpus_for_probes();
     BlockError = PyErr_NewException("_point_probe.BlockError", NULL, NULL);
     if (BlockError == NULL || PyModule_AddObject(m, "BlockError", BlockError) < 0) {
         Py_XDECREF(BlockError);
