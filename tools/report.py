@@ -190,11 +190,13 @@ def _measured_line(machines: dict[str, dict]) -> str:
 
 
 def _machine_of(m: dict) -> str:
-    """A run's machine in a few words: its kernel and the disk bandwidth measured in that run."""
+    """A run's machine in a few words: its CPU, kernel and the disk bandwidth measured in that run
+    (the runs published together may come from different machines)."""
     disk = m.get("disk") or {}
     read, write = disk.get("seq_read_Bps"), disk.get("seq_write_Bps")
     bw = f", disk {read / 1e9:.2f}/{write / 1e9:.2f} GB/s read/write" if read and write else ""
-    return f"Linux {m.get('kernel')}{bw}"
+    cpu = f"{m['cpu']}, " if m.get("cpu") else ""
+    return f"{cpu}Linux {m.get('kernel')}{bw}"
 
 
 def _headline(w: str, s: pd.DataFrame, machine: dict) -> str:
@@ -289,7 +291,7 @@ def _machine_section(machines: dict[str, dict]) -> str:
                      "which the kernel's read-ahead keeps several requests ahead, can read faster, and on a "
                      "virtual machine the host may also cache the virtual disk (a cold scan above 100% of it "
                      "says so)")
-    lines.append("- Short timings on the 2-core virtual machine of the thesis-small run (Linux 6.18.44-fc-v595; "
+    lines.append("- Short timings on one of these 2-core virtual machines (Linux 6.18.44-fc-v595; "
                  "measured 2026-11-27, outside the runs): for 0.25-2 s at a time, at random, everything ran 1.5-2x slower (the p50 of warm probes "
                  "per quarter second went from 21-23 to 32-49 µs, C and Python alike; the guest sees no steal time); "
                  "and code that has not run for a few milliseconds runs several times slower than when repeated back "
