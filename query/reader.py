@@ -22,6 +22,7 @@ import pyarrow as pa
 from ..storage.archive import Archive, open_readonly
 from ..storage.errors import CorruptionError
 from ..storage.follower import VersionFollower
+from ..storage.keys import search_key
 from ..storage.latest_snapshot import LatestSnapshot
 from ..storage.read_plan import KeyRange, ReadTask, Scan
 from ..storage.snapshot import Snapshot, ordered
@@ -124,6 +125,7 @@ class ArchiveReader:
               snapshot: Snapshot | None = None) -> pa.Table:
         """Records with this key valid at ``as_of`` (default: the last update's time), ordered by
         (exp, ts) (``Snapshot.probe``)."""
+        key = search_key(key)
         if snapshot is None and subindices is None:
             # the newest version's kept snapshot, or the served one, answers natively without a transaction
             if self._latest is not None:

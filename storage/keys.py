@@ -6,6 +6,7 @@ are ordered by key in Arrow's order (numeric, or bytewise UTF-8, which is code-p
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from .errors import UsageError
@@ -15,6 +16,20 @@ MAX_STRING_KEY_BYTES = 510
 
 def is_int_key(t: pa.DataType) -> bool:
     return pa.types.is_integer(t)
+
+
+def search_key(key):
+    """``key`` as the Python int or str that searches compare: a numpy scalar (a key taken from an
+    array or a data frame) becomes the value it holds, so that it takes the path its value would
+    (the native probe takes only ``int`` and ``str``); anything else is returned as it is."""
+    t = type(key)
+    if t is int or t is str:
+        return key
+    if isinstance(key, np.integer):
+        return int(key)
+    if isinstance(key, np.str_):
+        return str(key)
+    return key
 
 
 def parse(text: str, key_type: pa.DataType):

@@ -20,6 +20,7 @@ from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import CorruptionError, ReadError
 from .files import MappedSource
+from .keys import search_key
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, PreparedProbe, PreparedRun, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
@@ -207,6 +208,7 @@ class Snapshot:
         blocks, bytes) of each run searched: in one native call where that applies
         (``native_probe``), else through the planned read of a ``Probe``; the same answer,
         checks and errors either way."""
+        key = search_key(key)
         got = self.native_probe(key, as_of, subindices)
         if got is not None:
             return got

@@ -169,3 +169,21 @@ def test_prepare_probes_keeps_its_snapshot_for_the_first_probe(tmp_path):
         reader.probe(0, as_of=MAX_TIME + 1)
     reader.close()
     writer.close()
+
+
+@pytest.mark.parametrize("as_numpy", [np.int64, np.int32, np.uint16])
+def test_numpy_integer_keys_take_the_path_of_the_ints_they_hold(tmp_path, as_numpy):
+    """A key taken from an array is a numpy scalar: it answers as its Python value, by the kept
+    snapshot (no snapshot opened), not by the planned read of every sub-index."""
+    path, writer, oracle = _loaded(tmp_path, "norebuild", 11, 16)
+    reader = ArchiveReader(path)
+    opens = Opens(reader)
+    try:
+        reader.probe(0)  # keeps the version
+        for k in range(KEYS):
+            assert rows_multiset(reader.probe(as_numpy(k))) == oracle.probe(k, 16)
+            assert rows_multiset(reader.archive.snapshot().probe(as_numpy(k))[0]) == oracle.probe(k, 16)
+        assert opens.n == 1 + KEYS  # the first probe's, then only the snapshots opened above
+    finally:
+        reader.close()
+        writer.close()

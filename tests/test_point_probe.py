@@ -136,7 +136,7 @@ def test_native_probe_answers_as_the_planned_read_and_the_oracle(sc):
 
 
 def test_probes_of_other_keys_take_the_planned_path(tmp_path):
-    """Keys not of the key column's type are not probed natively; a string for an integer key
+    """Keys not of the key column's type are not probed natively (a numpy scalar is its value); a string for an integer key
     column, or anything else for a string one, is a ReadError (after the reader kept the
     newest version's snapshot, too), not Python's TypeError from the plan's comparisons."""
     with Archive.create(str(tmp_path / "a"), config()) as arc:
@@ -146,7 +146,8 @@ def test_probes_of_other_keys_take_the_planned_path(tmp_path):
             assert snap.native_probe("a")[0].num_rows == 1
         reader = ArchiveReader(arc)
         assert reader.probe("a").num_rows == 1
-        for wrong in (1, b"a"):
+        assert reader.probe(np.str_("a")).equals(reader.probe("a"))  # a key taken from an array
+        for wrong in (1, b"a", np.int64(1)):
             with pytest.raises(ReadError, match="not of the key column's type, string"):
                 reader.probe(wrong)
     with Archive.create(str(tmp_path / "b"), config()) as arc:
