@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..storage.errors import ReadError
-from ..storage.keys import MAX_STRING_KEY_BYTES, is_int_key
+from ..storage.keys import MAX_STRING_KEY_BYTES, is_int_key, search_key
 
 KINDS = ("probe", "probe_many", "probe_range", "scan")
 # a ticket is a few dozen bytes, or for probe_many up to MAX_PROBE_KEYS keys; refuse to parse more JSON
@@ -56,12 +56,14 @@ class ReadRequest:
     keys: tuple = ()
 
     def to_json(self) -> dict:
+        """The ticket's JSON object; numpy scalars (keys or times taken from an array) as the
+        values they hold, which JSON can encode."""
         out: dict[str, Any] = {"kind": self.kind}
         for name in sorted(_FIELDS[self.kind]):
             v = getattr(self, name)
-            out[name] = list(v) if name == "keys" else v
+            out[name] = [search_key(k) for k in v] if name == "keys" else search_key(v)
         if self.as_of is not None:
-            out["as_of"] = self.as_of
+            out["as_of"] = search_key(self.as_of)
         return out
 
     def encode(self) -> bytes:
