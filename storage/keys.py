@@ -19,9 +19,9 @@ def is_int_key(t: pa.DataType) -> bool:
 
 
 def search_key(key):
-    """``key`` as the Python int or str that searches compare: a numpy scalar (a key taken from an
-    array or a data frame) becomes the value it holds, so that it takes the path its value would
-    (the native probe takes only ``int`` and ``str``); anything else is returned as it is."""
+    """``key`` as the Python int or str that searches compare: a numpy or Arrow scalar (a key taken
+    from an array or a data frame) becomes the value it holds, so that it takes the path its value
+    would (the native probe takes only ``int`` and ``str``); anything else is returned as it is."""
     t = type(key)
     if t is int or t is str:
         return key
@@ -29,6 +29,8 @@ def search_key(key):
         return int(key)
     if isinstance(key, np.str_):
         return str(key)
+    if isinstance(key, pa.Scalar):
+        return key.as_py()
     return key
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from .manifest import ArchiveState, SubIndexState
 from .disk_format import BlockEntry
+from .keys import search_key
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
 from .tuning import BATCH_PROBE_KEYS, SCAN_TASK_BYTES
@@ -33,6 +34,10 @@ class KeyRange:
 
     lo: Any = None
     hi: Any = None
+
+    def __post_init__(self):  # bounds taken from an array (numpy or Arrow scalars) as their values
+        object.__setattr__(self, "lo", search_key(self.lo))
+        object.__setattr__(self, "hi", search_key(self.hi))
 
 
 @dataclass(frozen=True)

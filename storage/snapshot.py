@@ -213,6 +213,8 @@ class Snapshot:
         if got is not None:
             return got
         cfg = self.config
+        if key is None:  # else the plan takes it for an open bound and reads every key
+            raise ReadError("a probe key cannot be null (probe_range(None, None) reads every key)")
         if self.schema is not None:  # else the plan's key comparisons fail in Python's terms
             key_type = self.schema.field(cfg.key_column).type
             if isinstance(key, str) != pa.types.is_string(key_type) or isinstance(key, (bytes, bytearray)):

@@ -112,7 +112,7 @@ def test_probe_many_is_every_probe_in_one_request(built, server):
 
 
 def test_numpy_scalars_are_the_values_they_hold(built, server):
-    """Keys, bounds and times taken from an array (numpy scalars) ask what their values ask."""
+    """Keys, bounds and times taken from an array (numpy or Arrow scalars) ask what their values ask."""
     path, oracle, last = built
     c = FlightArchiveClient(server.url)
     for key in (3, 17):
@@ -120,6 +120,7 @@ def test_numpy_scalars_are_the_values_they_hold(built, server):
         assert rows_multiset(c.probe(np.int32(key))) == oracle.probe(key, last)
     assert c.probe_range(np.int64(5), np.uint8(30)).equals(c.probe_range(5, 30))
     assert c.probe_many([np.int64(3), np.int16(17), 3]).equals(c.probe_many([3, 17]))
+    assert c.probe(pa.array([3])[0]).equals(c.probe(3))  # an Arrow scalar, too
 
 
 def test_scan_streams_batch_by_batch(built, server):

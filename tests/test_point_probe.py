@@ -136,7 +136,8 @@ def test_native_probe_answers_as_the_planned_read_and_the_oracle(sc):
 
 
 def test_probes_of_other_keys_take_the_planned_path(tmp_path):
-    """Keys not of the key column's type are not probed natively (a numpy scalar is its value); a string for an integer key
+    """Keys not of the key column's type are not probed natively (a numpy or Arrow scalar is its value,
+    and a null key is refused); a string for an integer key
     column, or anything else for a string one, is a ReadError (after the reader kept the
     newest version's snapshot, too), not Python's TypeError from the plan's comparisons."""
     with Archive.create(str(tmp_path / "a"), config()) as arc:
@@ -147,7 +148,8 @@ def test_probes_of_other_keys_take_the_planned_path(tmp_path):
         reader = ArchiveReader(arc)
         assert reader.probe("a").num_rows == 1
         assert reader.probe(np.str_("a")).equals(reader.probe("a"))  # a key taken from an array
-        for wrong in (1, b"a", np.int64(1)):
+        assert reader.probe(pa.array(["b", "a"])[1]).equals(reader.probe("a"))
+        for wrong in (1, b"a", np.int64(1), pa.scalar(1)):
             with pytest.raises(ReadError, match="not of the key column's type, string"):
                 reader.probe(wrong)
     with Archive.create(str(tmp_path / "b"), config()) as arc:
@@ -157,6 +159,12 @@ def test_probes_of_other_keys_take_the_planned_path(tmp_path):
         reader = ArchiveReader(arc)
         assert reader.probe(2**63).num_rows == 0
         assert reader.probe(1).num_rows == 1
+        assert reader.probe(pa.array([2, 1])[1]).equals(reader.probe(1))
+        for lo, hi in ((np.int64(1), pa.scalar(2)), (pa.array([1])[0], None)):  # range bounds, too
+            assert reader.probe_range(lo, hi).equals(reader.probe_range(1, 2))
+        for null in (None, pa.scalar(None, pa.int64())):  # not an open bound: one key, and none given
+            with pytest.raises(ReadError, match="cannot be null"):
+                reader.probe(null)
         for wrong in ("a", b"a"):
             with pytest.raises(ReadError, match="not of the key column's type, int64"):
                 reader.probe(wrong)
