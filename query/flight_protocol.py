@@ -56,7 +56,7 @@ class ReadRequest:
     keys: tuple = ()
 
     def to_json(self) -> dict:
-        """The ticket's JSON object; numpy scalars (keys or times taken from an array) as the
+        """The ticket's JSON object; numpy or Arrow scalars (keys or times taken from an array) as the
         values they hold, which JSON can encode."""
         out: dict[str, Any] = {"kind": self.kind}
         for name in sorted(_FIELDS[self.kind]):
