@@ -140,10 +140,11 @@ class ArchiveReader:
 
     def probe_many(self, keys, as_of: int | None = None, subindices: list[int] | None = None,
                    snapshot: Snapshot | None = None) -> pa.Table:
-        """Records of every key of ``keys`` (a list or an Arrow or numpy array) valid at ``as_of``,
-        ordered by (key, exp, ts): ``probe`` of each key, in one call that reads each block
-        once for all the keys it holds (``Snapshot.probe_many``). For many keys at once, far
-        cheaper per key than probing one at a time."""
+        """Records of every key of ``keys`` (a list, a set or any iterable of keys, or an Arrow,
+        numpy, pandas or polars array) valid at ``as_of``, ordered by (key, exp, ts): ``probe`` of
+        each key, in one call that reads each block once for all the keys it holds
+        (``Snapshot.probe_many``). For many keys at once, far cheaper per key than probing one at
+        a time."""
         if snapshot is None and subindices is None and self._latest is not None:
             got = self._latest.probe_many(keys, as_of)
             if got is not None:

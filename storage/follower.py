@@ -25,6 +25,7 @@ import threading
 from .errors import EbbError
 from .files import RELEASER
 from .snapshot import Snapshot
+from .timemodel import read_instant
 
 POLL_SECONDS = 0.005
 log = logging.getLogger("ebb.follower")
@@ -51,7 +52,7 @@ class VersionFollower:
         snap = self._served
         if snap is None or not snap.prepared_for_probes:
             return None
-        if as_of is not None and not snap.time <= as_of < snap.time + snap.config.delta:
+        if as_of is not None and not snap.time <= read_instant(as_of) < snap.time + snap.config.delta:
             return None
         return snap
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .errors import UsageError
+from .errors import ReadError, UsageError
 
 MAX_STRING_KEY_BYTES = 510
 
@@ -32,6 +32,21 @@ def search_key(key):
     if isinstance(key, pa.Scalar):
         return key.as_py()
     return key
+
+
+def check_range_bounds(lo, hi, key_type: pa.DataType) -> None:
+    """ReadError unless each bound of a key range (None: open) compares with keys of ``key_type``:
+    a number (not a bool) for integer keys, a str for string keys (else the plan's comparisons
+    would fail in Python's terms)."""
+    for side, value in (("lower", lo), ("upper", hi)):
+        if value is None:
+            continue
+        if is_int_key(key_type):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise ReadError(f"the range's {side} bound {value!r} is not of the key column's type, {key_type}")
 
 
 def parse(text: str, key_type: pa.DataType):

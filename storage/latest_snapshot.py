@@ -29,7 +29,7 @@ from .errors import CorruptionError, DataIOError, VersionReclaimed
 from .point_probe import PreparedProbe
 from .point_probe import probe as point_probe
 from .snapshot import Snapshot
-from .timemodel import MAX_TIME
+from .timemodel import MAX_TIME, read_instant
 
 Answer = tuple[pa.Table, list[tuple[int, int, int]]]  # a probe's table, and (sub-index, blocks, bytes) searched
 
@@ -65,10 +65,10 @@ class LatestSnapshot:
         probes = kept.probes
         if as_of is None:
             t = probes.time
-        elif probes.time <= as_of <= MAX_TIME:
-            t = int(as_of)
-        else:  # an earlier instant is another version's; out of range is ``Snapshot``'s to reject
-            return None
+        else:  # an earlier instant is another version's: ``Snapshot``'s to read
+            t = as_of if type(as_of) is int and as_of <= MAX_TIME else read_instant(as_of)
+            if t < probes.time:
+                return None
         if not probes.accepts(key):
             return None
         return self._answered(kept, point_probe, probes.runs, key, t, probes.schema, probes.what)
@@ -77,7 +77,7 @@ class LatestSnapshot:
         """``Snapshot.probe_many`` of ``keys`` by the kept snapshot, on the same terms as ``probe``
         (the key types are checked by ``Snapshot.probe_many``)."""
         kept = self._kept
-        if kept is None or as_of is not None and as_of < kept.probes.time:
+        if kept is None or as_of is not None and read_instant(as_of) < kept.probes.time:
             return None
         return self._answered(kept, kept.snap.probe_many, keys, as_of)
 

@@ -20,28 +20,35 @@ from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import CorruptionError, ReadError
 from .files import MappedSource
-from .keys import search_key
+from .keys import check_range_bounds, search_key
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, PreparedProbe, PreparedRun, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
 from .point_probe import probe_many as point_probe_many
 from .range_stream import merged, ordered
-from .read_plan import Probe, ReadRequest, ReadTask, plan, sources, where
+from .read_plan import KeyRange, Probe, ReadRequest, ReadTask, plan, sources, where
 from .run_descriptor import RunDescriptor
 from .schema import SchemaHistory
-from .timemodel import MAX_TIME
+from .timemodel import read_instant
 from .task_reader import execute, prefetch_heads
 
 
 def key_array(keys, key_type: pa.DataType) -> np.ndarray:
-    """``keys`` (a sequence, or an Arrow or numpy array) as a numpy array of the key column's
-    values, ascending, each once; ReadError if they are not keys of ``key_type``. Integer keys
-    are not passed through ``pyarrow.array``, whose first call imports pandas (a quarter second)."""
+    """``keys`` (any collection or iterable of keys, or an Arrow or numpy array) as a numpy array
+    of the key column's values, ascending, each once; ReadError if they are not keys of
+    ``key_type``. Integer keys are not passed through ``pyarrow.array``, whose first call imports
+    pandas (a quarter second)."""
+    if isinstance(keys, (str, bytes)):  # else each character would be a key
+        raise ReadError(f"probe keys must be a collection of keys, not one {type(keys).__name__} (probe takes one key)")
     if isinstance(keys, (pa.Array, pa.ChunkedArray)):
         keys = keys.to_numpy(zero_copy_only=False)
     if pa.types.is_integer(key_type):
         try:
+            if not isinstance(keys, (np.ndarray, list, tuple)) and not hasattr(keys, "__array__"):
+                keys = list(keys)  # a set, a generator, a dict's keys: any iterable of keys
             arr = np.asarray(keys)
+            if arr.dtype == object and arr.ndim == 1:  # keys taken from Arrow arrays (scalars)
+                arr = np.asarray([search_key(k) for k in arr.tolist()])
             if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
                 raise TypeError
             if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
@@ -122,10 +129,9 @@ class Snapshot:
         """``as_of`` and the kept version current then (None: this snapshot's own)."""
         if as_of is None:
             return self.time, None
-        if not -MAX_TIME <= as_of <= MAX_TIME:
-            raise ReadError(f"as_of {as_of} is outside ebb's time range (+-{MAX_TIME} chronons)")
+        as_of = read_instant(as_of)
         if as_of >= self.time:
-            return int(as_of), None
+            return as_of, None
         kept = kept_version_at(self.txn, as_of)
         if kept is None:
             oldest = oldest_kept_version(self.txn)
@@ -135,7 +141,7 @@ class Snapshot:
                             "ebb init --retain)")
         if kept.txn not in self._pins:
             self._pins[kept.txn] = self._pin_kept(kept)
-        return int(as_of), kept
+        return as_of, kept
 
     def _pin_kept(self, kept: KeptVersion) -> leases.Lease | None:
         """A lease on kept version ``kept``, taken while the newest version still keeps it (so
@@ -200,6 +206,8 @@ class Snapshot:
         t, state = self.version_at(as_of)
         if self.schema is None:
             return []
+        if isinstance(request, KeyRange):
+            check_range_bounds(request.lo, request.hi, self.schema.field(self.config.key_column).type)
         return plan(state, self.descriptor, request, t, self.schemas, subindices, self.page_sums)
 
     def probe(self, key, as_of: int | None = None,

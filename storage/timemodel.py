@@ -6,15 +6,31 @@ Slot ``j`` covers ``(tau + (j-1)*Delta, tau + j*Delta]``; the update of slot ``j
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, ReadError
 
 # Every time (tau, ts, exp) and S lies within +-MAX_TIME chronons, so that differences such as
 # exp - ts and t - tau never overflow int64.
 MAX_TIME = (1 << 62) - 1
+
+
+def read_instant(as_of) -> int:
+    """A read's ``as_of`` as whole chronons: an integer (Python or numpy) as it is, a float rounded
+    down (times are whole chronons: the records valid at 20.5 are those valid at 20). ReadError
+    for anything else (a string, a bool, NaN) or an instant outside +-MAX_TIME."""
+    if isinstance(as_of, (int, np.integer)) and not isinstance(as_of, bool):
+        t = int(as_of)
+    elif isinstance(as_of, (float, np.floating)) and not math.isnan(as_of):
+        t = as_of if math.isinf(as_of) else math.floor(as_of)
+    else:
+        raise ReadError(f"as_of must be a time in chronons (an integer), got {as_of!r}")
+    if not -MAX_TIME <= t <= MAX_TIME:
+        raise ReadError(f"as_of {as_of} is outside ebb's time range (+-{MAX_TIME} chronons)")
+    return t
 
 
 @dataclass(frozen=True)

@@ -197,3 +197,45 @@ def test_verify_checks_published_copies_through_the_archive_and_the_data_directo
     for target in (data, path):
         r = ebb("verify", target)
         assert r.returncode in (5, 6) and "unexpected" not in r.stderr, (target, r.returncode, r.stdout, r.stderr)
+
+
+def test_read_arguments_of_the_wrong_type_are_one_read_error(archive, tmp_path):
+    """A time that is not a number, a range bound or a key collection of the wrong kind is a
+    ReadError naming it, on every read path (it was Python's TypeError from a comparison, or a
+    string probed character by character); a float ``as_of`` reads as its whole chronons, and
+    any iterable of keys probes as their list."""
+    path, before = archive
+    with ArchiveReader(path) as r:
+        r.probe(1), r.probe(2)  # the kept snapshot answers probes from here on
+        for read in (lambda: r.probe(1, as_of="18"), lambda: r.probe_many([1], as_of="18"),
+                     lambda: r.probe_range(1, 5, as_of="18"), lambda: r.scan_table(as_of="18"),
+                     lambda: r.probe(1, as_of=True), lambda: r.probe(1, as_of=float("nan"))):
+            with pytest.raises(ReadError, match="as_of must be a time in chronons"):
+                read()
+        with pytest.raises(ReadError, match="outside ebb's time range"):
+            r.probe(1, as_of=float("inf"))
+        assert r.scan_table(as_of=18.7).equals(r.scan_table(as_of=18))
+        assert rows_multiset(r.scan_table(as_of=np.float64(18.2))) == before
+        assert r.probe_many(range(9), as_of=18.5).equals(r.probe_many(list(range(9))))
+        for bounds in (("1", 5), (1, b"5"), (True, 5)):
+            with pytest.raises(ReadError, match="bound .* is not of the key column's type, int64"):
+                r.probe_range(*bounds)
+        assert r.probe_range(0.5, 4.5).equals(r.probe_range(1, 4))
+        with pytest.raises(ReadError, match="a collection of keys, not one str"):
+            r.probe_many("12")
+        listed = r.probe_many([1, 2, 5])
+        assert listed.num_rows > 0
+        for keys in ({5, 1, 2}, (k for k in (2, 1, 5)), {1: "a", 2: "b", 5: "c"}.keys(),
+                     [pa.scalar(1), np.int64(2), 5], pa.array([5, 2, 1])):
+            assert r.probe_many(keys).equals(listed), keys
+    with ArchiveReader(path, follow=True) as r:  # the served snapshot's path (``ebb serve``)
+        with pytest.raises(ReadError, match="as_of must be a time in chronons"):
+            r.probe(1, as_of="18")
+        assert r.probe(1, as_of=18.5).equals(r.probe(1, as_of=18))
+    spath = str(tmp_path / "strings")
+    with Archive.create(spath, config()) as arc:
+        arc.load(pa.table({"key": ["a", "b"], "ts": [16, 16], "exp": [20, 20], "payload": ["x", "y"]}), 16)
+        with ArchiveReader(arc) as r:
+            with pytest.raises(ReadError, match="upper bound 5 is not of the key column's type, string"):
+                r.probe_range("a", 5)
+            assert r.probe_many({"b", "a"}).column("key").to_pylist() == ["a", "b"]
