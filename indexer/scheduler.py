@@ -306,10 +306,15 @@ class Scheduler:
 
             t0 = time.perf_counter()
             self.say(f"starting Spark ({self.master or 'local[*]'}; 10-30 s)...")
-            self._spark = session(self.master, self.conf, verbose=self.verbose)
+            # a stop waits for Spark to be up: cut off while pyspark launches it, the JVM never gets to
+            # watch this process's end (its stdin) and py4j's thread keeps it running after we exit
+            with self.stop.deferred() if self.stop is not None else nullcontext():
+                self._spark = session(self.master, self.conf, verbose=self.verbose)
             if self.stop is not None:
                 self.stop.install()  # pyspark's SparkContext took SIGINT over
             self.say(f"spark {self._spark.version} ready ({self._spark.sparkContext.master}) in {time.perf_counter() - t0:.1f} s")
+            if self.stop is not None:
+                self.stop.check()
         return self._spark
 
     def progress(self) -> Progress:

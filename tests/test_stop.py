@@ -162,6 +162,15 @@ def test_a_stop_finishes_a_commit_under_way_and_abandons_a_computing_tick(spark,
     assert check_against_readings(archive, readings) == 3
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` still runs."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 # -- the real thing: SIGTERM at random moments ------------------------------------------------------
 @pytest.mark.system
 def test_sigterm_at_random_moments_exits_0_and_loses_nothing(tmp_path):
@@ -199,12 +208,19 @@ def test_sigterm_at_random_moments_exits_0_and_loses_nothing(tmp_path):
             p.wait(timeout=120)
             reader.join(10)
             out, err = "".join(lines), p.stderr.read()
+            # nothing it started outlives it: Spark's JVM exits once its `ebb run` has (a stop while
+            # the JVM started left it running for good, holding its heap)
+            deadline = time.monotonic() + 20
+            while _group_alive(p.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            orphaned = _group_alive(p.pid)
         finally:
-            if p.poll() is None:
+            if p.poll() is None or _group_alive(p.pid):
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         why = f"{delay:.1f} s after {after}\nstdout:\n{out}\nstderr:\n{err}"
         assert p.returncode == 0, why
+        assert not orphaned, "a process of the stopped `ebb run` is still running: " + why
         err_lines = err.strip().splitlines()
         assert len(err_lines) == 1, why  # the one line, nothing else
         m = STOP_LINE.match(err_lines[0])
