@@ -64,7 +64,7 @@ stated, bulk load then periodic updates, each followed by a probe of a random ke
                  p50/p99 over 5 passes of 2,000 plain-timed probes, the stores taking turns,
                  cold probes in rounds of every store, a 10,000-key probe_many, a scan, the
                  median update; writes library.md and library.json to --out (about 10 minutes)
-  soak           not a workload but the deployment, for --minutes (default 30; --short: about 3
+  soak           not a workload but the deployment, for --minutes (default 30; --short: about 4
                  minutes in all): a producer landing files, `ebb run --follow`, `ebb serve` with 8
                  client threads and a Spark analysis a minute, in processes of their own, with a
                  SIGKILL of the scheduler and a restart of the server; measured every 5 s and
@@ -90,7 +90,7 @@ examples:
   ebb bench thesis-small --resume                  # continue an interrupted run
   ebb bench thesis-small --one-layout D-ins4 --configs D-ins4,sqlite,duckdb,lmdb,rocksdb,parquet
                                                    # one layout against every peer (docs/benchmarks/one-layout/)
-  ebb bench soak --short --out /tmp/soak           # the deployment for about 3 minutes (CI)
+  ebb bench soak --short --out /tmp/soak           # the deployment for about 4 minutes (CI)
   ebb bench library --scale 0.05 --cold 2          # the library-level comparison, small and quick
 """
 
@@ -124,7 +124,7 @@ def register(subparsers) -> None:
                    "(docs/benchmarks/one-layout/), not as the workload's full run; --configs then lists LAYOUT, "
                    "the peers and any other layouts shown beside them")
     p.add_argument("--minutes", type=float, metavar="M", help="soak only: length of the steady phase (default 30)")
-    p.add_argument("--short", action="store_true", help="soak only: the CI run, about 3 minutes in all, same checks")
+    p.add_argument("--short", action="store_true", help="soak only: the CI run, about 4 minutes in all (6 on a slow machine), same checks")
     library = p.add_argument_group("library only (see `python -m ebb.tools.library_bench --help`)")
     library.add_argument("--stores", metavar="LIST", help="ebb layouts and peers to compare (default Rebuild2x2,"
                          "NoRebuild4x4,sqlite,rocksdb,lmdb)")
