@@ -21,7 +21,7 @@ The deployment: separate processes, each in a process group of its own, everythi
 
 Early in the run the scheduler's process group is killed with SIGKILL and started again, then the
 server is stopped with SIGTERM and started again; the analysis starts once the restarted
-scheduler has caught up.
+scheduler has committed again.
 
 Measured every 5 s (OUT/series.csv; OUT/soak.png, one panel per series): events produced and
 archived; failed reads; probe p50 and p99 over the last minute; the first probe after each update
@@ -562,9 +562,9 @@ class Soak:
         return (self.samples[-1].get("updates") or 0) > self.scheduler_killed[1]
 
     def finish(self) -> None:
-        """Lets the analysis under way finish (no new one starts), stops the producer, waits
-        until the tick of its last reading is committed and stops the scheduler at once, so the
-        archive ends with the most readings live; then the clients and the server."""
+        """Once an analysis has finished, lets the one under way finish (no new one starts), stops
+        the producer, waits until the tick of its last reading is committed and stops the scheduler
+        at once, so the archive ends with the most readings live; then the clients and the server."""
         s = self.s
         try:  # at least one analysis, however late it started (not reached: the checks say so)
             self.wait_for("Spark analysis", self.analysed, s.analysis_wait_s + 120, "analysis")
