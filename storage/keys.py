@@ -34,19 +34,50 @@ def search_key(key):
     return key
 
 
+def comparable(value, key_type: pa.DataType) -> bool:
+    """Whether ``value`` (a search key, ``search_key``) compares with keys of ``key_type``: a
+    number, not a bool nor NaN, for integer keys (one the column cannot hold, such as 1.5 or
+    2**63, equals none of its keys); a str for string keys."""
+    if is_int_key(key_type):
+        return isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and value == value
+    return isinstance(value, str)
+
+
 def check_range_bounds(lo, hi, key_type: pa.DataType) -> None:
-    """ReadError unless each bound of a key range (None: open) compares with keys of ``key_type``:
-    a number (not a bool) for integer keys, a str for string keys (else the plan's comparisons
-    would fail in Python's terms)."""
+    """ReadError unless each bound of a key range (None: open) is ``comparable`` with keys of
+    ``key_type`` (else the plan's comparisons would fail in Python's terms)."""
     for side, value in (("lower", lo), ("upper", hi)):
-        if value is None:
-            continue
-        if is_int_key(key_type):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-        else:
-            ok = isinstance(value, str)
-        if not ok:
+        if value is not None and not comparable(value, key_type):
             raise ReadError(f"the range's {side} bound {value!r} is not of the key column's type, {key_type}")
+
+
+def int_keys(keys) -> np.ndarray:
+    """Probe keys of an integer key column (a sequence or array) as int64, on the terms of one
+    key's probe: whole numbers probe their integer, and numbers no int64 equals (1.5, 2**63) are
+    dropped; ReadError for a null (None, NaN) or a value that is not a number."""
+    arr = np.asarray(keys)
+    if arr.ndim == 1 and arr.dtype == object:  # Arrow or numpy scalars, or ints beyond int64
+        values = [search_key(k) for k in arr.tolist()]
+        if any(v is None or v != v for v in values):
+            raise ReadError("probe keys cannot be null")
+        if not all(comparable(v, pa.int64()) for v in values):
+            raise TypeError
+        ints = [v for v in values if type(v) is int and -(1 << 63) <= v < (1 << 63)]
+        arr = np.concatenate([np.array(ints, np.int64), _whole(np.array([v for v in values if type(v) is not int], float))])
+    if arr.ndim != 1 or arr.size and arr.dtype.kind not in "iuf":
+        raise TypeError
+    if arr.dtype.kind == "f":  # an integer column with nulls, from pandas
+        if np.isnan(arr).any():
+            raise ReadError("probe keys cannot be null (NaN)")
+        return _whole(arr)
+    if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+        arr = arr[arr <= np.iinfo(np.int64).max]
+    return arr.astype(np.int64, copy=False)
+
+
+def _whole(x: np.ndarray) -> np.ndarray:
+    """The values of float array ``x`` that are int64 integers, as int64."""
+    return x[(x == np.floor(x)) & (x >= -2.0 ** 63) & (x < 2.0 ** 63)].astype(np.int64)
 
 
 def parse(text: str, key_type: pa.DataType):

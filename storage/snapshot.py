@@ -20,7 +20,7 @@ from .block_format import physical_schema
 from .config import ArchiveConfig
 from .errors import CorruptionError, ReadError
 from .files import MappedSource
-from .keys import check_range_bounds, search_key
+from .keys import check_range_bounds, comparable, int_keys, search_key
 from .manifest import ArchiveState, KeptVersion, kept_version_at, oldest_kept_version
 from .point_probe import ColumnLayout, PreparedProbe, PreparedRun, ProbeRuns, RunToProbe
 from .point_probe import probe as point_probe
@@ -46,16 +46,11 @@ def key_array(keys, key_type: pa.DataType) -> np.ndarray:
         try:
             if not isinstance(keys, (np.ndarray, list, tuple)) and not hasattr(keys, "__array__"):
                 keys = list(keys)  # a set, a generator, a dict's keys: any iterable of keys
-            arr = np.asarray(keys)
-            if arr.dtype == object and arr.ndim == 1:  # keys taken from Arrow arrays (scalars)
-                arr = np.asarray([search_key(k) for k in arr.tolist()])
-            if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-                raise TypeError
-            if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
-                raise OverflowError
+            return np.unique(int_keys(keys))
+        except ReadError:
+            raise
         except (TypeError, ValueError, OverflowError):
-            raise ReadError(f"probe keys must be integers within int64 (the key column is {key_type})") from None
-        return np.unique(arr.astype(np.int64, copy=False))
+            raise ReadError(f"probe keys must be numbers (the key column is {key_type})") from None
     try:
         values = pa.array(list(keys), key_type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
@@ -225,7 +220,7 @@ class Snapshot:
             raise ReadError("a probe key cannot be null (probe_range(None, None) reads every key)")
         if self.schema is not None:  # else the plan's key comparisons fail in Python's terms
             key_type = self.schema.field(cfg.key_column).type
-            if isinstance(key, str) != pa.types.is_string(key_type) or isinstance(key, (bytes, bytearray)):
+            if not comparable(key, key_type):
                 raise ReadError(f"probe key {key!r} is not of the key column's type, {key_type}")
         tasks = self.plan(Probe((key,)), as_of, subindices)
         if self.schema is None:

@@ -202,8 +202,8 @@ def test_verify_checks_published_copies_through_the_archive_and_the_data_directo
 def test_read_arguments_of_the_wrong_type_are_one_read_error(archive, tmp_path):
     """A time that is not a number, a range bound or a key collection of the wrong kind is a
     ReadError naming it, on every read path (it was Python's TypeError from a comparison, or a
-    string probed character by character); a float ``as_of`` reads as its whole chronons, and
-    any iterable of keys probes as their list."""
+    string probed character by character); a float ``as_of`` reads as its whole chronons, any
+    iterable of keys probes as their list, and many keys probe on the terms of one."""
     path, before = archive
     with ArchiveReader(path) as r:
         r.probe(1), r.probe(2)  # the kept snapshot answers probes from here on
@@ -228,6 +228,23 @@ def test_read_arguments_of_the_wrong_type_are_one_read_error(archive, tmp_path):
         for keys in ({5, 1, 2}, (k for k in (2, 1, 5)), {1: "a", 2: "b", 5: "c"}.keys(),
                      [pa.scalar(1), np.int64(2), 5], pa.array([5, 2, 1])):
             assert r.probe_many(keys).equals(listed), keys
+        # one key or many, on the same terms: a number the key column cannot hold equals none of
+        # its keys, and a whole float probes its integer (pandas makes an integer column with
+        # nulls float); a null, a bool or a NaN is no key
+        assert r.probe(1.0).equals(r.probe(1)) and r.probe(2.5).num_rows == 0 and r.probe(2**63).num_rows == 0
+        some = r.probe_many([1, 5])
+        for keys in ([1.0, 2.5, np.float64(5), 2**63], np.array([5.0, 1.0, -0.5]), [pa.scalar(1.0), 5, 2**70],
+                     np.array([1, 5, 2**63], np.uint64)):
+            assert r.probe_many(keys).equals(some), keys
+        for nulls in ([1, None], [1.0, float("nan")], pa.array([1, None])):
+            with pytest.raises(ReadError, match="cannot be null"):
+                r.probe_many(nulls)
+        for wrong in (True, float("nan"), [1]):
+            with pytest.raises(ReadError, match="is not of the key column's type, int64"):
+                r.probe(wrong)
+        for wrong in ([True, False], ["1"], [[1]]):
+            with pytest.raises(ReadError, match="probe keys must be numbers"):
+                r.probe_many(wrong)
     with ArchiveReader(path, follow=True) as r:  # the served snapshot's path (``ebb serve``)
         with pytest.raises(ReadError, match="as_of must be a time in chronons"):
             r.probe(1, as_of="18")
