@@ -142,7 +142,8 @@ class ArchiveReader:
                    snapshot: Snapshot | None = None) -> pa.Table:
         """Records of every key of ``keys`` (a list, a set or any iterable of keys, or an Arrow,
         numpy, pandas or polars array) valid at ``as_of``, ordered by (key, exp, ts): ``probe`` of
-        each key, in one call that reads each block once for all the keys it holds
+        each key, on its terms (a number an int64 column cannot hold, such as 1.5, matches nothing;
+        a null is a ReadError), in one call that reads each block once for all the keys it holds
         (``Snapshot.probe_many``). For many keys at once, far cheaper per key than probing one at
         a time."""
         if snapshot is None and subindices is None and self._latest is not None:
