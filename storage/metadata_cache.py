@@ -85,6 +85,15 @@ class MetadataCache:
         lean = desc.without_sums()
         self._put(("run", desc.name), lean, lean.nbytes)
 
+    def retain(self, names: set[str]) -> None:
+        """Drops the entries of runs not in ``names``, the runs of a new current version: only a
+        read of an older version reads a replaced run again (and reads its metadata back), and
+        left to the least-recently-used order, replaced runs' entries held the whole budget after
+        about 2,000 updates (docs/operations.md, "Soak test: results")."""
+        with self._lock:
+            for key in [k for k in self._entries if k[1] not in names]:
+                self.bytes -= self._entries.pop(key)[1]
+
     def _get(self, key: tuple[str, str]) -> tuple[object, int] | None:
         with self._lock:
             hit = self._entries.get(key)

@@ -106,6 +106,7 @@ class ReadState:
             gone = [p for n, p in prepared.items() if n not in names]
             old, self._point_runs = self._point_runs, None
             self.open_files.retain(names, (old, *gone))  # older versions' runs reopen if read
+            self.metadata.retain(names)
         return self._state[1]
 
     def schema(self, env: lmdb.Environment, txn) -> StoredSchema | None:

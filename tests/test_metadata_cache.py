@@ -17,9 +17,9 @@ from support import SCHEMA, Oracle, config, random_rows, rows_multiset, table_of
 KEYS = 20
 
 
-def _archive(tmp_path, mode: str) -> tuple[Archive, Oracle, int, np.random.Generator]:
+def _archive(tmp_path, mode: str, retain: int = 0) -> tuple[Archive, Oracle, int, np.random.Generator]:
     rng = np.random.default_rng(7)
-    arc = Archive.create(str(tmp_path / "a"), config(mode=mode, block_bytes=256))
+    arc = Archive.create(str(tmp_path / "a"), config(mode=mode, block_bytes=256, retain=retain))
     oracle = Oracle()
     for T in range(16, 40, 2):
         rows = random_rows(rng, 200, T - 1, T, 16, KEYS, tag=str(T))
@@ -72,5 +72,30 @@ def test_only_probes_load_page_sums_and_lean_descriptors_are_never_stored(tmp_pa
             assert lean.paged and lean.sums is None
             with pytest.raises(ValueError, match="without its page sums"):
                 write_run(txn, lean)
+    finally:
+        arc.close()
+
+
+@pytest.mark.parametrize("mode", ["rebuild", "norebuild"])
+def test_a_new_version_drops_the_entries_of_the_runs_it_replaced(tmp_path, mode):
+    """The cache holds the current version's runs only, however many updates replaced runs
+    before it (they held the whole budget, left to the least-recently-used order); reads of an
+    older version read their metadata back and still give the oracle's answers."""
+    arc, oracle, T, rng = _archive(tmp_path, mode, retain=30)
+    try:
+        first = T
+        then = oracle.scan(first), oracle.probe(3, first)  # the oracle forgets what expires
+        with ArchiveReader(arc) as r:
+            for step in range(12):
+                for k in range(KEYS):
+                    assert rows_multiset(r.probe(k)) == oracle.probe(k, T)
+                live = arc.state().run_names()
+                cached = {name for _, name in arc.metadata._entries}
+                assert cached and cached <= live, (step, sorted(cached - live))
+                T += 2
+                rows = random_rows(rng, 200, T - 1, T, 16, KEYS, tag=f"s{step}")
+                arc.load(table_of(rows, SCHEMA), T)
+                oracle.load(rows, T)
+            assert (rows_multiset(r.scan_table(as_of=first)), rows_multiset(r.probe(3, as_of=first))) == then
     finally:
         arc.close()
