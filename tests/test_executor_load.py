@@ -152,7 +152,8 @@ def cluster(tmp_path_factory):
     home = os.path.dirname(pyspark.__file__)
     work = tmp_path_factory.mktemp("cluster")
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               SPARK_WORKER_DIR=str(work / "work"), SPARK_LOG_DIR=str(work / "logs"))
+               SPARK_WORKER_DIR=str(work / "work"), SPARK_LOG_DIR=str(work / "logs"),
+               SPARK_DAEMON_JAVA_OPTS=os.environ["SPARK_SUBMIT_OPTS"])  # the JVM options of tests/conftest.py
     port, ui = _free_port(), _free_port()
     cls = os.path.join(home, "bin", "spark-class")
     procs = [subprocess.Popen([cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
@@ -187,8 +188,8 @@ def _executor_pids() -> list[int]:
     return [int(x) for x in out.split()]
 
 
-# About 4 minutes, most of it the cluster's JVMs on two cores: it would take CI's suite past its
-# 20-minute limit, so it runs when asked (README, "Run the tests").
+# About 3.5 minutes, most of it the cluster's JVMs on two cores: it would take CI's suite past its
+# 15-minute budget, so it runs when asked (README, "Run the tests").
 @pytest.mark.skipif(os.environ.get("EBB_CLUSTER_TESTS") != "1", reason="set EBB_CLUSTER_TESTS=1 to start a standalone Spark cluster")
 def test_standalone_cluster_same_answers_and_survives_a_killed_executor(tmp_path, cluster, monkeypatch):
     master, env = cluster
@@ -202,7 +203,8 @@ def test_standalone_cluster_same_answers_and_survives_a_killed_executor(tmp_path
             assert want[rec["time"]] == _oracle_answers(oracle, rec["time"])
     monkeypatch.undo()
     job = _job(tmp_path, "cluster", landing, "rebuild", tmp_path / "shared")
-    extra = ["--master", master, "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2"]
+    extra = ["--master", master, "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2",
+             "--conf", f"spark.executor.extraJavaOptions={os.environ['SPARK_SUBMIT_OPTS']}"]
     # three runs, answers compared after each: ticks 0-2, tick 3 (an executor killed while writing), 4-6
     for last, kill in ((2, False), (3, True), (TICKS - 1, False)):
         T = 40 + last * 5
