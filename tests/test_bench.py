@@ -439,6 +439,37 @@ def test_bench_report_renders(tmp_path):
         assert stale not in text, stale
 
 
+def test_machine_names_damon_pageout_and_the_report_shows_it(tmp_path):
+    """A DAMON scheme that pages out idle memory is recorded with its age, filters and quota (in
+    a fake sysfs tree built like the kernel's); a stopped kdamond or another action is not."""
+    from ebb.tools import report
+    from ebb.tools.machine import page_reclaim
+
+    def kdamond(i: int, state: str, action: str) -> None:
+        ctx = tmp_path / str(i) / "contexts" / "0"
+        files = {"../../state": state, "monitoring_attrs/intervals/aggr_us": "5000000",
+                 "schemes/0/action": action, "schemes/0/access_pattern/age/min": "12",
+                 "schemes/0/quotas/bytes": str(128 << 20), "schemes/0/quotas/reset_interval_ms": "1000",
+                 "schemes/0/ops_filters/0/type": "anon", "schemes/0/ops_filters/0/allow": "N",
+                 "schemes/0/ops_filters/1/type": "unmapped", "schemes/0/ops_filters/1/allow": "Y"}
+        for rel, text in files.items():
+            f = (ctx / rel).resolve() if rel.startswith("..") else ctx / rel
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(text + "\n")
+
+    assert page_reclaim(str(tmp_path)) is None
+    kdamond(0, "off", "pageout")
+    kdamond(1, "on", "stat")
+    assert page_reclaim(str(tmp_path)) is None
+    kdamond(2, "on", "pageout")
+    got = page_reclaim(str(tmp_path))
+    assert got == ("DAMON pageout of memory idle for 60 s or more (not anon pages, only unmapped pages), "
+                   "at most 128 MiB per 1 s"), got
+    text = report.render({"thesis-small": _summary("thesis-small", configs.default_configs("thesis-small"))},
+                         {"thesis-small": {**DISK, "page_reclaim": got}}, tmp_path / "out")
+    assert "Proactive reclaim by the kernel: DAMON pageout of memory idle for 60 s" in text
+
+
 def test_report_shows_library_level_probe_latency(tmp_path):
     """The run's probe_latency rows become the summary's latency columns, shown in the workload's
     table and in a section of their own with each store's ratio to SQLite's."""

@@ -498,7 +498,8 @@ def markdown(report: dict) -> str:
         f"about {w['live_records']:,} live ({w['live_bytes'] / 1e6:.0f} MB); a bulk load then {w['updates']} updates. "
         f"Commit `{report['commit']}`. Machine: {m.get('cpu')}, {m.get('cores')} cores, "
         f"{m.get('memory_bytes', 0) / 2**30:.0f} GiB, Linux {m.get('kernel')}, {m.get('filesystem')}; Python "
-        f"{m.get('python')}, SQLite {m.get('sqlite')}; load average at start {m.get('load_average_at_start')}.",
+        f"{m.get('python')}, SQLite {m.get('sqlite')}; load average at start {m.get('load_average_at_start')}"
+        + (f"; proactive reclaim: {m['page_reclaim']}" if m.get("page_reclaim") else "") + ".",
         "",
         "Every figure is of plain calls of the store's API, each timed by `time.perf_counter()` alone. Update: median "
         f"of the {w['updates']} updates. Probes: {report['probes']:,} probes of random keys a store (µs) in each of "

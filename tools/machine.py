@@ -46,6 +46,39 @@ def _filesystem(path: str) -> str:
         return "unknown"
 
 
+DAMON_ADMIN = "/sys/kernel/mm/damon/admin/kdamonds"
+
+
+def page_reclaim(admin: str = DAMON_ADMIN) -> str | None:
+    """The kernel's proactive reclaim, if any: DAMON schemes that page out memory idle for a while.
+    On such a machine a page-cache page no process has mapped, left idle past the scheme's age, is
+    read from disk again, so a store read less often than that is partly cold when "warm"."""
+    from pathlib import Path
+
+    found = []
+    for ctx in sorted(Path(admin).glob("*/contexts/[0-9]*")):
+        try:
+            if (ctx.parents[1] / "state").read_text().strip() != "on":
+                continue
+            aggr_s = int((ctx / "monitoring_attrs/intervals/aggr_us").read_text()) / 1e6
+            for scheme in ctx.glob("schemes/[0-9]*"):
+                action = (scheme / "action").read_text().strip()
+                if action != "pageout":
+                    continue
+                age_s = int((scheme / "access_pattern/age/min").read_text()) * aggr_s
+                quota = int((scheme / "quotas/bytes").read_text())
+                per_ms = int((scheme / "quotas/reset_interval_ms").read_text())
+                filters = [f"{'only' if (f / 'allow').read_text().strip() == 'Y' else 'not'} "
+                           f"{(f / 'type').read_text().strip()} pages"
+                           for f in sorted(scheme.glob("*filters/[0-9]*"))]
+                found.append(f"DAMON pageout of memory idle for {age_s:.0f} s or more"
+                             + (f" ({', '.join(filters)})" if filters else "")
+                             + (f", at most {quota / 2**20:.0f} MiB per {per_ms / 1000:g} s" if quota else ""))
+        except (OSError, ValueError):
+            continue
+    return "; ".join(found) or None
+
+
 def _version(lib: str) -> str:
     try:
         return metadata.version(lib)
@@ -95,5 +128,6 @@ def describe(store_root: str, bandwidth_bytes: int) -> dict:
         "load_average_at_start": [round(x, 2) for x in load],
         "disk": bw,
         "cold_cache_problem": cold_cache_problem(),
+        "page_reclaim": page_reclaim(),
         "ebb_commit": ebb_commit(),
     }

@@ -299,6 +299,10 @@ def _machine_section(machines: dict[str, dict]) -> str:
                  "8 ms or more), so a first probe after an update, or after idle time, pays for every step it takes at that "
                  "speed. Comparisons of short operations are therefore made side by side, taking turns "
                  "(`ebb bench library`), or spread over seconds (the latency tables)")
+    if m.get("page_reclaim"):
+        lines.append(f"- Proactive reclaim by the kernel: {m['page_reclaim']}. What it pages out is read from disk "
+                     "again when next used, so a \"warm\" read of pages left idle that long may be partly cold "
+                     "(SQLite and DuckDB read with `read`, so none of their cached pages is mapped)")
     cold = m.get("cold_cache_problem")
     lines.append(f"- Cold-cache runs: {'not possible: ' + cold if cold else 'yes (root; every store closed, then sync + drop_caches before each cold operation)'}")
     per = [f"{w}: {mm.get('when')}, {_machine_of(mm)}, load average at start {mm.get('load_average_at_start')}"
