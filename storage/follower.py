@@ -13,8 +13,11 @@ finishes on a version still pinned; then it is closed and its maps dropped by
 transaction (as of its own version) use it from any thread; everything else opens a snapshot
 of its own as before.
 
-A point probe through the follower therefore reads the newest version it has prepared: at most
-``poll_s`` plus one preparation behind the newest commit, and never a half-prepared one.
+A point probe through the follower reads the newest committed version, as every other read
+does: the served snapshot answers it only while ``Archive.newest_version`` (one cheap poll) is
+still that snapshot's version. In the moments between a commit and the follower's switch, a
+probe opens a snapshot of its own, so that a client whose scan has seen the new version never
+gets an older one from its next probe.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class VersionFollower:
         self._archive = archive
         self._poll_s = poll_s
         self._stop = threading.Event()
-        self._served: Snapshot | None = None
+        self._served: tuple[Snapshot, object] | None = None  # and its version's token, swapped together
         self._retired: Snapshot | None = None  # the one served before: probes may still hold it
         self._token = None
         self._switch()
@@ -49,9 +52,12 @@ class VersionFollower:
         """The served snapshot, if its prepared point probes answer a probe as of ``as_of``:
         None (its own version's time) or an instant before the next update could be due (a
         later one may belong to a version not yet served). None otherwise: open a snapshot."""
-        snap = self._served
-        if snap is None or not snap.prepared_for_probes:
+        served = self._served
+        if served is None:
             return None
+        snap, token = served
+        if not snap.prepared_for_probes or self._archive.newest_version() != token:
+            return None  # a newer version has committed and is not served yet: read it, not this one
         if as_of is not None and not snap.time <= read_instant(as_of) < snap.time + snap.config.delta:
             return None
         return snap
@@ -60,7 +66,7 @@ class VersionFollower:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(5)
-        for old in (self._served, self._retired):
+        for old in (self._served[0] if self._served else None, self._retired):
             if old is not None:
                 old.close()
         self._served = self._retired = None
@@ -86,14 +92,17 @@ class VersionFollower:
             snap.prepare_point_probes(read_metadata=True)
         except (EbbError, OSError):
             pass  # left for a probe to report, in its own terms
-        self._retire(snap)
+        self._retire((snap, token))
         self._token = token
 
-    def _retire(self, snap: Snapshot | None) -> None:
-        """Serves ``snap`` (None: nothing, requests open their own snapshots); the one served
-        until now is kept open until the next call, and the one before it is closed (its
-        transaction ends, so its version may be reclaimed) and let go of off this thread."""
-        gone, self._retired, self._served = self._retired, self._served, snap
+    def _retire(self, served: tuple[Snapshot, object] | None) -> None:
+        """Serves ``served`` (a snapshot and its version's token; None: nothing, requests open
+        their own snapshots); the one served until now is kept open until the next call, and the
+        one before it is closed (its transaction ends, so its version may be reclaimed) and let go
+        of off this thread."""
+        gone = self._retired
+        self._retired = self._served[0] if self._served else None
+        self._served = served
         if gone is not None:
             gone.close()
             RELEASER.release([gone])

@@ -126,3 +126,28 @@ def test_probes_the_served_version_cannot_answer_open_their_own_snapshot(tmp_pat
             assert rows_multiset(reader.probe(k, as_of=29)) == oracle.probe(k, 29)
             assert rows_multiset(reader.probe(k, as_of=40)) == oracle.probe(k, 40)
     writer.close()
+
+
+def test_a_commit_the_follower_has_not_served_yet_is_read_not_the_older_version(tmp_path, monkeypatch):
+    """Between a commit and the follower's switch a probe reads the new version (opening a
+    snapshot of its own), so one client's reads never go back in time after a scan saw it."""
+    from ebb.storage import follower
+
+    monkeypatch.setattr(follower.VersionFollower, "_run", lambda self: None)  # it never switches again
+    rng = np.random.default_rng(8)
+    path = str(tmp_path / "a")
+    writer = Archive.create(path, config(mode="norebuild"))
+    oracle = Oracle()
+    rows = random_rows(rng, 200, 1, 16, 16, 12)
+    writer.load(table_of(rows, SCHEMA), 16)
+    oracle.load(rows, 16)
+    with ArchiveReader(path, follow=True) as reader:
+        assert reader.served_snapshot() is not None and rows_multiset(reader.probe(3)) == oracle.probe(3, 16)
+        rows = random_rows(rng, 200, 17, 18, 16, 12, tag="new")
+        writer.load(table_of(rows, SCHEMA), 18)
+        oracle.load(rows, 18)
+        assert reader.served_snapshot() is None  # the served version is no longer the newest
+        assert sum(b.num_rows for b in reader.scan()) == sum(oracle.scan(18).values())
+        for k in range(12):
+            assert rows_multiset(reader.probe(k)) == oracle.probe(k, 18)
+    writer.close()
