@@ -335,7 +335,7 @@ class ArchiveFlightServer(flight.FlightServerBase):
     # -- health ---------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         """The ``health`` action's answer. "degraded" when the newest committed state cannot be
-        read, or when the version probes are served from has lagged it for longer than
+        read, or when the version the follower serves has lagged it for longer than
         ``FOLLOW_LAG_S`` (the follower normally switches within milliseconds of a commit).
         Whether the archive is fresh enough is the caller's judgement (``seconds_since_commit``;
         ``ebb health --max-age``): the server does not know how often its writer should commit."""
@@ -350,12 +350,12 @@ class ArchiveFlightServer(flight.FlightServerBase):
         except Exception as e:  # the health check reports what is wrong instead of failing (logged by _flight_error)
             return {**out, "status": "degraded", "why": str(_flight_error(e, "health")).removeprefix("ebb: ")}
         # without a prepared served version (nothing loaded yet) requests read the newest one themselves
-        served = self.reader.served_snapshot()
-        served_seq = seq if served is None else served.state.update_seq
+        served_seq = self.reader.followed_update_seq()
+        served_seq = seq if served_seq is None else served_seq
         out.update(update_seq=seq, last_update_time=last, served_update_seq=served_seq,
                    seconds_since_commit=round(max(age, 0.0), 3))
         if served_seq < seq and age > FOLLOW_LAG_S:
-            out.update(status="degraded", why=f"probes are served from update {served_seq}, {seq - served_seq} behind "
+            out.update(status="degraded", why=f"the follower serves update {served_seq}, {seq - served_seq} behind "
                                               f"the newest commit of {age:.0f} s ago (see the server's log)")
         return out
 

@@ -86,6 +86,11 @@ class ArchiveReader:
         as of ``as_of`` can use it (it is shared: do not close it); else None."""
         return None if self._follower is None else self._follower.snapshot_for_probe(as_of)
 
+    def followed_update_seq(self) -> int | None:
+        """With ``follow``: the update the follower serves, which may trail the newest commit
+        for a moment (probes then read the newest on a snapshot of their own); else None."""
+        return None if self._follower is None else self._follower.served_update_seq()
+
     def prepare_probes(self) -> None:
         """Reads now what the first point probe of the current version would: the block
         directory of every run (within the metadata cache's budget), and where each run file's

@@ -62,6 +62,12 @@ class VersionFollower:
             return None
         return snap
 
+    def served_update_seq(self) -> int | None:
+        """The update the follower has prepared and serves (None: none yet), even when a newer
+        commit is not served yet: how far it trails is what ``ebb serve``'s health reports."""
+        served = self._served
+        return None if served is None else served[0].state.update_seq
+
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:

@@ -147,6 +147,7 @@ def test_a_commit_the_follower_has_not_served_yet_is_read_not_the_older_version(
         writer.load(table_of(rows, SCHEMA), 18)
         oracle.load(rows, 18)
         assert reader.served_snapshot() is None  # the served version is no longer the newest
+        assert reader.followed_update_seq() == 1  # what `ebb serve`'s health reports as trailing
         assert sum(b.num_rows for b in reader.scan()) == sum(oracle.scan(18).values())
         for k in range(12):
             assert rows_multiset(reader.probe(k)) == oracle.probe(k, 18)
