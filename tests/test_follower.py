@@ -32,6 +32,17 @@ def _wait_served(reader: ArchiveReader, seq: int, timeout: float = 5.0) -> bool:
     return False
 
 
+def _norebuild_archive_loaded_at_16(tmp_path, rng: np.random.Generator) -> tuple[str, Archive, Oracle]:
+    """A NoRebuild archive with one load of 200 rows at time 16 (the writer left open), and its oracle."""
+    path = str(tmp_path / "a")
+    writer = Archive.create(path, config(mode="norebuild"))
+    oracle = Oracle()
+    rows = random_rows(rng, 200, 1, 16, 16, 12)
+    writer.load(table_of(rows, SCHEMA), 16)
+    oracle.load(rows, 16)
+    return path, writer, oracle
+
+
 def test_probes_follow_each_commit_and_never_mix_versions(tmp_path):
     rng = np.random.default_rng(4)
     path = str(tmp_path / "a")
@@ -86,12 +97,7 @@ def test_a_snapshot_taken_before_a_switch_still_answers_until_the_next(tmp_path)
     finishes on it: the replaced snapshot stays open (and its version pinned) for one more
     switch."""
     rng = np.random.default_rng(2)
-    path = str(tmp_path / "a")
-    writer = Archive.create(path, config(mode="norebuild"))
-    oracle = Oracle()
-    rows = random_rows(rng, 200, 1, 16, 16, 12)
-    writer.load(table_of(rows, SCHEMA), 16)
-    oracle.load(rows, 16)
+    path, writer, oracle = _norebuild_archive_loaded_at_16(tmp_path, rng)
     with ArchiveReader(path, follow=True) as reader:
         assert _wait_served(reader, 1)
         taken = reader.served_snapshot()
@@ -135,12 +141,7 @@ def test_a_commit_the_follower_has_not_served_yet_is_read_not_the_older_version(
 
     monkeypatch.setattr(follower.VersionFollower, "_run", lambda self: None)  # it never switches again
     rng = np.random.default_rng(8)
-    path = str(tmp_path / "a")
-    writer = Archive.create(path, config(mode="norebuild"))
-    oracle = Oracle()
-    rows = random_rows(rng, 200, 1, 16, 16, 12)
-    writer.load(table_of(rows, SCHEMA), 16)
-    oracle.load(rows, 16)
+    path, writer, oracle = _norebuild_archive_loaded_at_16(tmp_path, rng)
     with ArchiveReader(path, follow=True) as reader:
         assert reader.served_snapshot() is not None and rows_multiset(reader.probe(3)) == oracle.probe(3, 16)
         rows = random_rows(rng, 200, 17, 18, 16, 12, tag="new")
