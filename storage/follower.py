@@ -13,11 +13,15 @@ finishes on a version still pinned; then it is closed and its maps dropped by
 transaction (as of its own version) use it from any thread; everything else opens a snapshot
 of its own as before.
 
-A point probe through the follower reads the newest committed version, as every other read
-does: the served snapshot answers it only while ``Archive.newest_version`` (one cheap poll) is
-still that snapshot's version. In the moments between a commit and the follower's switch, a
-probe opens a snapshot of its own, so that a client whose scan has seen the new version never
-gets an older one from its next probe.
+Through the follower, reads never go back in time, and a point probe does not wait for a
+commit's switch: the served snapshot answers while no snapshot of the archive it follows (in
+``ebb serve``, no request) has read a newer update (``ReadState.newest_update_seq_read``). A
+probe that arrives between a commit and the switch reads the version before the commit, as a
+read that began just before it would; once a scan, a range or a probe of its own has read the
+new version, probes do too (on snapshots of their own until the switch). A probe through the
+follower trails the newest commit by at most one poll and one switch. Before the swap the
+follower probes one key of the new version (``Snapshot.warm_point_probes``), so that the first
+request's probe does not pay for a path the loader's commit pushed out of the CPU's caches.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ class VersionFollower:
         self._archive = archive
         self._poll_s = poll_s
         self._stop = threading.Event()
-        self._served: tuple[Snapshot, object] | None = None  # and its version's token, swapped together
+        self._served: Snapshot | None = None
         self._retired: Snapshot | None = None  # the one served before: probes may still hold it
         self._token = None
         self._switch()
@@ -52,12 +56,11 @@ class VersionFollower:
         """The served snapshot, if its prepared point probes answer a probe as of ``as_of``:
         None (its own version's time) or an instant before the next update could be due (a
         later one may belong to a version not yet served). None otherwise: open a snapshot."""
-        served = self._served
-        if served is None:
+        snap = self._served
+        if snap is None or not snap.prepared_for_probes:
             return None
-        snap, token = served
-        if not snap.prepared_for_probes or self._archive.newest_version() != token:
-            return None  # a newer version has committed and is not served yet: read it, not this one
+        if snap.state.update_seq < self._archive.reads.newest_update_seq_read:
+            return None  # a read here has seen a newer update: so must this one
         if as_of is not None and not snap.time <= read_instant(as_of) < snap.time + snap.config.delta:
             return None
         return snap
@@ -66,13 +69,13 @@ class VersionFollower:
         """The update the follower has prepared and serves (None: none yet), even when a newer
         commit is not served yet: how far it trails is what ``ebb serve``'s health reports."""
         served = self._served
-        return None if served is None else served[0].state.update_seq
+        return None if served is None else served.state.update_seq
 
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(5)
-        for old in (self._served[0] if self._served else None, self._retired):
+        for old in (self._served, self._retired):
             if old is not None:
                 old.close()
         self._served = self._retired = None
@@ -96,19 +99,19 @@ class VersionFollower:
         token = snap.version_token()
         try:
             snap.prepare_point_probes(read_metadata=True)
+            snap.warm_point_probes()
         except (EbbError, OSError):
             pass  # left for a probe to report, in its own terms
-        self._retire((snap, token))
+        self._retire(snap)
         self._token = token
 
-    def _retire(self, served: tuple[Snapshot, object] | None) -> None:
-        """Serves ``served`` (a snapshot and its version's token; None: nothing, requests open
-        their own snapshots); the one served until now is kept open until the next call, and the
-        one before it is closed (its transaction ends, so its version may be reclaimed) and let go
-        of off this thread."""
+    def _retire(self, served: Snapshot | None) -> None:
+        """Serves ``served`` (None: nothing, requests open their own snapshots); the one served
+        until now is kept open until the next call, and the one before it is closed (its
+        transaction ends, so its version may be reclaimed) and let go of off this thread."""
         gone = self._retired
-        self._retired = self._served[0] if self._served else None
-        self._served = served
-        if gone is not None:
+        if gone is not None:  # before the swap: the probe that follows it has the GIL to itself
             gone.close()
             RELEASER.release([gone])
+        self._retired = self._served
+        self._served = served

@@ -16,6 +16,7 @@ new version keeps stay prepared for its run set (``prepared_runs``).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import lmdb
@@ -63,6 +64,8 @@ class ReadState:
         # the runs of the last run set kept, by name, that the current version still reads: the
         # next version's run set reuses them (most runs outlive many versions)
         self._prepared: dict[str, PreparedRun] = {}
+        self._newest_seq_read = -1  # the newest update any snapshot of this process has read
+        self._newest_seq_lock = threading.Lock()
 
     def config(self, txn) -> ArchiveConfig:
         """The configuration of ``txn``'s version, parsed once per version (``migrate`` may
@@ -87,7 +90,16 @@ class ReadState:
         check_pages(env, txn)  # a version this process has not read yet (cheap if checked)
         config, state = self.config(txn), self._parsed_state(env, txn)
         self._version = (env, txn.id(), config, state)
+        with self._newest_seq_lock:  # a max that two threads' versions must not undo
+            self._newest_seq_read = max(self._newest_seq_read, state.update_seq)
         return config, state
+
+    @property
+    def newest_update_seq_read(self) -> int:
+        """The newest update (``ArchiveState.update_seq``) that a snapshot of this process has
+        read (-1: none yet): a version older than it must not answer a read that comes after, or
+        a client could see an update and then the state before it."""
+        return self._newest_seq_read
 
     def _parsed_state(self, env, txn) -> ArchiveState:
         """The state of ``txn``'s version, parsed once per version (callers must not modify it).

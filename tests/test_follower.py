@@ -9,6 +9,7 @@ import threading
 import time
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from ebb.query.reader import ArchiveReader
@@ -92,6 +93,25 @@ def test_probes_follow_each_commit_and_never_mix_versions(tmp_path):
     writer.close()
 
 
+def test_the_follower_serves_string_keys_from_an_archive_that_started_empty(tmp_path):
+    """The follower's first version has no runs (nothing to prepare or warm); the next holds
+    string keys, whose served probes must equal the oracle's."""
+    rng = np.random.default_rng(5)
+    path = str(tmp_path / "a")
+    writer = Archive.create(path, config(mode="norebuild"))
+    schema = SCHEMA.set(0, pa.field("key", pa.string()))
+    with ArchiveReader(path, follow=True) as reader:
+        assert reader.probe("nobody").num_rows == 0
+        rows = [dict(r, key=["", "a", "ä-long-" * 20, "ab"][r["key"] % 4]) for r in random_rows(rng, 200, 1, 16, 16, 12)]
+        writer.load(table_of(rows, schema), 16)
+        oracle = Oracle()
+        oracle.load(rows, 16)
+        assert _wait_served(reader, 1)
+        for k in ["", "a", "ab", "ä-long-" * 20, "b"]:
+            assert rows_multiset(reader.probe(k)) == oracle.probe(k, 16)
+    writer.close()
+
+
 def test_a_snapshot_taken_before_a_switch_still_answers_until_the_next(tmp_path):
     """A request that took the served snapshot just before the follower swapped in a new one
     finishes on it: the replaced snapshot stays open (and its version pinned) for one more
@@ -134,22 +154,33 @@ def test_probes_the_served_version_cannot_answer_open_their_own_snapshot(tmp_pat
     writer.close()
 
 
-def test_a_commit_the_follower_has_not_served_yet_is_read_not_the_older_version(tmp_path, monkeypatch):
-    """Between a commit and the follower's switch a probe reads the new version (opening a
-    snapshot of its own), so one client's reads never go back in time after a scan saw it."""
+@pytest.mark.parametrize("first_read", ["scan", "probe as of the new time"])
+def test_after_a_read_has_seen_a_commit_probes_never_read_the_version_before(tmp_path, monkeypatch, first_read):
+    """Between a commit and the follower's switch, probes read the served version (as reads
+    begun just before the commit would), until a read of this process has seen the new one:
+    from then on they read it (on snapshots of their own), so a client whose scan saw an update
+    never gets the state before it from its next probe."""
     from ebb.storage import follower
 
     monkeypatch.setattr(follower.VersionFollower, "_run", lambda self: None)  # it never switches again
     rng = np.random.default_rng(8)
     path, writer, oracle = _norebuild_archive_loaded_at_16(tmp_path, rng)
+    before = {k: oracle.probe(k, 16) for k in range(12)}
     with ArchiveReader(path, follow=True) as reader:
-        assert reader.served_snapshot() is not None and rows_multiset(reader.probe(3)) == oracle.probe(3, 16)
+        assert reader.served_snapshot() is not None and rows_multiset(reader.probe(3)) == before[3]
         rows = random_rows(rng, 200, 17, 18, 16, 12, tag="new")
         writer.load(table_of(rows, SCHEMA), 18)
         oracle.load(rows, 18)
-        assert reader.served_snapshot() is None  # the served version is no longer the newest
+        assert any(oracle.probe(k, 18) != before[k] for k in range(12))  # the commit changes answers
+        assert reader.served_snapshot() is not None  # nothing here has read the commit yet
+        for k in range(12):
+            assert rows_multiset(reader.probe(k)) == before[k]
+        if first_read == "scan":
+            assert sum(b.num_rows for b in reader.scan()) == sum(oracle.scan(18).values())
+        else:
+            assert rows_multiset(reader.probe(5, as_of=18)) == oracle.probe(5, 18)  # after the served version's Delta
+        assert reader.served_snapshot() is None  # a read has seen update 2: the served update 1 answers no more
         assert reader.followed_update_seq() == 1  # what `ebb serve`'s health reports as trailing
-        assert sum(b.num_rows for b in reader.scan()) == sum(oracle.scan(18).values())
         for k in range(12):
             assert rows_multiset(reader.probe(k)) == oracle.probe(k, 18)
     writer.close()
