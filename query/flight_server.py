@@ -248,7 +248,9 @@ class ArchiveFlightServer(flight.FlightServerBase):
 
     def _read(self, req: proto.ReadRequest) -> tuple[pa.Schema, Iterator]:
         """The schema and the stream (batches, the first with the state's metadata) answering ``req``."""
-        served = self.reader.served_snapshot(req.as_of) if req.kind == "probe" and type(req.key) is int else None
+        served = self.reader.served_snapshot(req.as_of) if req.kind == "probe" else None
+        if served is not None and not served.probes_natively(req.key):
+            served = None  # not a key of the archive's type: refused, in its terms, on a snapshot of its own
         snap = served or self.archive.snapshot()
         try:
             as_of = snap.check_as_of(req.as_of)

@@ -239,8 +239,11 @@ def test_empty_archive_and_string_keys(tmp_path):
     s = ArchiveFlightServer(path, port=0)
     try:
         c = FlightArchiveClient(s.url)
+        opened, snapshot = [], s.archive.snapshot
+        s.archive.snapshot = lambda: opened.append(1) or snapshot()
         for key in ("k03", "k29", "nope", ""):
             assert rows_multiset(c.probe(key)) == oracle.probe(key, 16)
+        assert opened == []  # string keys too are answered by the follower's prepared snapshot
         assert rows_multiset(c.probe_range("k05", "k12", 20)) == oracle.probe_range("k05", "k12", 20)
         assert rows_multiset(c.scan_table(17)) == oracle.scan(17)
         with pytest.raises(flight.FlightServerError, match="key must be a string"):
