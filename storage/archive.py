@@ -225,8 +225,9 @@ class Archive:
         with self.env.begin() as txn:
             return read_checkpoint(txn, name)
 
-    def snapshot(self) -> Snapshot:
-        return Snapshot(self)
+    def snapshot(self, *, marks_read: bool = True) -> Snapshot:
+        """A snapshot of the newest committed version (``Snapshot``; ``marks_read``: see there)."""
+        return Snapshot(self, marks_read=marks_read)
 
     def newest_version(self) -> int:
         """Changes whenever a version commits (the newest LMDB transaction id): cheap to poll
@@ -460,8 +461,8 @@ class PublishedArchive(Archive):
             return env
         raise AssertionError("unreachable")
 
-    def snapshot(self) -> Snapshot:
-        return _PublishedSnapshot(self)
+    def snapshot(self, *, marks_read: bool = True) -> Snapshot:
+        return _PublishedSnapshot(self, marks_read=marks_read)
 
     def newest_version(self) -> str:
         """Changes whenever a newer copy is published (its directory)."""
@@ -499,10 +500,10 @@ class _PublishedSnapshot(Snapshot):
     lease (``leases``) if the data directory is writable here; a read whose blocks are gone says
     its version was reclaimed, not "corruption"."""
 
-    def __init__(self, archive: PublishedArchive):
+    def __init__(self, archive: PublishedArchive, marks_read: bool = True):
         self._lease: leases.Lease | None = None
         with archive._switch:
-            super().__init__(archive)
+            super().__init__(archive, marks_read)
             self._copy_dir = archive.copy_dir
         self.txn = published.PublishedTxn(self.txn, published.runs_dir(archive.data_dir))
 

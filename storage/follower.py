@@ -95,7 +95,7 @@ class VersionFollower:
 
     def _switch(self) -> None:
         """Prepares the newest version and serves it; retires the one it replaces."""
-        snap = self._archive.snapshot()
+        snap = self._archive.snapshot(marks_read=False)  # no answer comes from it before the swap
         token = snap.version_token()
         try:
             snap.prepare_point_probes(read_metadata=True)
@@ -115,3 +115,5 @@ class VersionFollower:
             RELEASER.release([gone])
         self._retired = self._served
         self._served = served
+        if served is not None:
+            self._archive.reads.mark_read(served.state.update_seq)

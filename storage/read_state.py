@@ -64,7 +64,7 @@ class ReadState:
         # the runs of the last run set kept, by name, that the current version still reads: the
         # next version's run set reuses them (most runs outlive many versions)
         self._prepared: dict[str, PreparedRun] = {}
-        self._newest_seq_read = -1  # the newest update any snapshot of this process has read
+        self._newest_seq_read = -1  # the newest update a snapshot reads may answer from holds
         self._newest_seq_lock = threading.Lock()
 
     def config(self, txn) -> ArchiveConfig:
@@ -90,15 +90,19 @@ class ReadState:
         check_pages(env, txn)  # a version this process has not read yet (cheap if checked)
         config, state = self.config(txn), self._parsed_state(env, txn)
         self._version = (env, txn.id(), config, state)
-        with self._newest_seq_lock:  # a max that two threads' versions must not undo
-            self._newest_seq_read = max(self._newest_seq_read, state.update_seq)
         return config, state
+
+    def mark_read(self, update_seq: int) -> None:
+        """Notes that a snapshot reads may answer from holds update ``update_seq``."""
+        if update_seq > self._newest_seq_read:
+            with self._newest_seq_lock:  # a max that two threads' snapshots must not undo
+                self._newest_seq_read = max(self._newest_seq_read, update_seq)
 
     @property
     def newest_update_seq_read(self) -> int:
-        """The newest update (``ArchiveState.update_seq``) that a snapshot of this process has
-        read (-1: none yet): a version older than it must not answer a read that comes after, or
-        a client could see an update and then the state before it."""
+        """The newest update (``ArchiveState.update_seq``) of a snapshot that reads through this
+        read state may answer from (-1: none yet): a version older than it must not answer a read
+        that comes after, or a client could see an update and then the state before it."""
         return self._newest_seq_read
 
     def _parsed_state(self, env, txn) -> ArchiveState:

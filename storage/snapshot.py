@@ -73,7 +73,10 @@ def _filters(source: MappedSource, what: str, name: str, start: int, end: int) -
 class Snapshot:
     """Read access to one committed version. Use as a context manager or call ``close``."""
 
-    def __init__(self, archive):
+    def __init__(self, archive, marks_read: bool = True):
+        """A snapshot of ``archive``'s newest committed version. ``marks_read``: reads may answer
+        from it, so from now on no older version may answer this archive's reads (the follower
+        prepares a version with False: no answer comes from it until it is served)."""
         self._archive = archive
         self._pins: dict[int, leases.Lease | None] = {}  # kept versions read, by txn id
         env = archive.env
@@ -83,6 +86,8 @@ class Snapshot:
             self.state: ArchiveState
             self._reads = archive.reads
             self.config, self.state = self._reads.version(env, self.txn)
+            if marks_read:
+                self._reads.mark_read(self.state.update_seq)
             stored = self._reads.schema(env, self.txn)
         except BaseException:
             self.close()
@@ -329,8 +334,8 @@ class Snapshot:
     def warm_point_probes(self) -> None:
         """Probes, once and for nothing, a key of this version's newest run through the prepared
         run set. Its first probe otherwise pays on the request path for code and arrays the
-        commit (and a loader on the other core) pushed out of the CPU's caches: there, 0.2 ms
-        against a steady 0.02 ms (docs/operations.md)."""
+        commit (and a loader on the other core) pushed out of the CPU's caches: up to 0.3 ms
+        against a steady 0.02 ms (docs/io.md, "Serving for a long time")."""
         if self._runs is None:
             return
         newest = max((run for _, _, sub in sources(self.state, None) for run in sub.runs),

@@ -93,6 +93,44 @@ def test_probes_follow_each_commit_and_never_mix_versions(tmp_path):
     writer.close()
 
 
+def test_while_the_follower_prepares_a_commit_probes_read_the_version_it_serves(tmp_path, monkeypatch):
+    """The follower's own snapshot of a new version, opened to prepare it, is not a read: until
+    it is swapped in, the served version keeps answering (no probe opens a snapshot of its own)."""
+    from ebb.storage.snapshot import Snapshot
+
+    rng = np.random.default_rng(9)
+    path, writer, oracle = _norebuild_archive_loaded_at_16(tmp_path, rng)
+    before = {k: oracle.probe(k, 16) for k in range(12)}
+    preparing, go_on = threading.Event(), threading.Event()
+    prepare = Snapshot.prepare_point_probes
+
+    def slow_prepare(self, read_metadata=False):
+        if self.state.update_seq == 2:  # the follower's preparation of the commit below
+            preparing.set()
+            go_on.wait(10)
+        prepare(self, read_metadata)
+
+    monkeypatch.setattr(Snapshot, "prepare_point_probes", slow_prepare)
+    with ArchiveReader(path, follow=True) as reader:
+        opened, snapshot = [], reader.archive.snapshot
+        reader.archive.snapshot = lambda **kw: opened.append(kw) or snapshot(**kw)
+        rows = random_rows(rng, 200, 17, 18, 16, 12, tag="new")
+        writer.load(table_of(rows, SCHEMA), 18)
+        oracle.load(rows, 18)
+        assert preparing.wait(10)
+        try:
+            assert reader.served_snapshot() is not None
+            for k in range(12):
+                assert rows_multiset(reader.probe(k)) == before[k]
+            assert [kw for kw in opened if kw.get("marks_read", True)] == []  # every probe was served
+        finally:
+            go_on.set()
+        assert _wait_served(reader, 2)
+        for k in range(12):
+            assert rows_multiset(reader.probe(k)) == oracle.probe(k, 18)
+    writer.close()
+
+
 def test_the_follower_serves_string_keys_from_an_archive_that_started_empty(tmp_path):
     """The follower's first version has no runs (nothing to prepare or warm); the next holds
     string keys, whose served probes must equal the oracle's."""
