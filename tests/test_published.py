@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ebb.storage import faults, published
+from ebb.storage import faults, files, published
 from ebb.storage.archive import Archive, PublishedArchive, open_readonly
 from ebb.storage.errors import ArchiveError, ReadError
 from ebb.storage.faults import FaultInjectionFS, SimulatedCrash
@@ -69,7 +69,9 @@ def test_a_reader_of_the_data_directory_answers_as_the_archive_at_every_update(t
         assert archive_answers(remote, T, PROBES, RANGES) == _answers(oracle, T) == archive_answers(arc, T, PROBES, RANGES)
         assert remote.stats()["updates"] == arc.stats()["updates"]
     assert len(published._copies(published.meta_dir(str(tmp_path / "shared")))) == published.KEEP
-    # the copies replaced and deleted are not held mapped (their page check kept no map of them)
+    # the copies replaced and deleted are not held mapped (their page check kept no map of them),
+    # nor the runs deleted, once the releaser has let go of the replaced versions' maps
+    files.RELEASER.idle()
     with open("/proc/self/maps") as f:
         assert [line for line in f if str(tmp_path) in line and line.rstrip().endswith("(deleted)")] == []
     problems, notes = verify(arc)
