@@ -22,6 +22,7 @@ from ebb.query.flight_client import FlightArchiveClient, error_message
 from ebb.query.flight_protocol import BadRequest, ReadRequest, decode
 from ebb.query.flight_server import ArchiveFlightServer
 from ebb.query.reader import ArchiveReader
+from ebb.storage import point_probe
 from ebb.storage.archive import Archive
 from ebb.storage.errors import EXIT_USAGE, ReadError
 
@@ -243,7 +244,9 @@ def test_empty_archive_and_string_keys(tmp_path):
         s.archive.snapshot = lambda: opened.append(1) or snapshot()
         for key in ("k03", "k29", "nope", ""):
             assert rows_multiset(c.probe(key)) == oracle.probe(key, 16)
-        assert opened == []  # string keys too are answered by the follower's prepared snapshot
+        # with the native probe, string keys too are answered by the follower's prepared snapshot;
+        # without it no run set is prepared, and each probe reads on a snapshot of its own
+        assert opened == ([] if point_probe.NATIVE else [1] * 4)
         assert rows_multiset(c.probe_range("k05", "k12", 20)) == oracle.probe_range("k05", "k12", 20)
         assert rows_multiset(c.scan_table(17)) == oracle.scan(17)
         with pytest.raises(flight.FlightServerError, match="key must be a string"):
