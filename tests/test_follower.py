@@ -105,7 +105,9 @@ def test_while_the_follower_prepares_a_commit_probes_read_the_version_it_serves(
     prepare = Snapshot.prepare_point_probes
 
     def slow_prepare(self, read_metadata=False):
-        if self.state.update_seq == 2:  # the follower's preparation of the commit below
+        # the follower's preparation of the commit below (the writer's commit prepares its own
+        # snapshot of it too, on this thread: held up there, the follower's wait would run out)
+        if self.state.update_seq == 2 and threading.current_thread().name == "ebb-follow":
             preparing.set()
             go_on.wait(10)
         prepare(self, read_metadata)
