@@ -41,9 +41,13 @@ def archive_config(config: Config, workload: Workload) -> ArchiveConfig:
 class EbbStore(Store):
     """An ebb archive configured as ``config`` (family "wave" or "doubly")."""
 
-    def __init__(self, path: str, workload: Workload, config: Config):
+    def __init__(self, path: str, workload: Workload, config: Config, follow: bool = False):
+        """``follow``: the reader follows new versions as ``ebb serve`` does (``ArchiveReader(path,
+        follow=True)``), a background thread preparing each one as it commits; otherwise its
+        first probe after an update prepares the new version, as a script's reader's does."""
         super().__init__(path, workload)
         self.config = config
+        self.follow = follow
         self.name = config.name
         self.archive = None
         self.reader = None
@@ -62,8 +66,9 @@ class EbbStore(Store):
         # the writer first: LMDB allows one environment per process, opened by whoever comes first,
         # and a read-only one would refuse the updates
         self.archive = Archive(self.path)
-        self.reader = ArchiveReader(self.path)  # Archive(path, readonly=True): its own read state
-        self.reader.prepare_probes()  # as a probe-serving process does; RocksDB's open reads its index blocks
+        self.reader = ArchiveReader(self.path, follow=self.follow)  # Archive(path, readonly=True): its own read state
+        if not self.follow:  # (a follower prepares each version itself)
+            self.reader.prepare_probes()  # as a probe-serving process does; RocksDB's open reads its index blocks
         self.block_bytes = self.archive.config.block_bytes
 
     def close(self) -> None:
@@ -82,6 +87,10 @@ class EbbStore(Store):
             "blocks_read": rec["blocks_read"], "blocks_written": rec["blocks_written"],
             "store_bytes_read": rec["bytes_read"], "store_bytes_written": rec["bytes_written"],
         }
+
+    def update_seq(self) -> int:
+        """The newest committed update, as the writer's state says."""
+        return self.archive.state().update_seq
 
     def subindex_balance(self) -> dict[str, float]:
         sizes = [s.records for s in self.archive.state().subindices]

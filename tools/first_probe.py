@@ -15,6 +15,13 @@ process (a fresh interpreter), which opens the store once and waits. After each 
 process commits, the reader probes the update's probe key (``Workload.probe_key``), timed in the
 reader, then another key (a probe a moment later). Every store must return as many rows for
 each key. Prints the medians and writes JSON (``--out``).
+
+An ebb layout named ``LAYOUT+follow`` reads as ``ebb serve`` does: its ``ArchiveReader``
+follows new versions (``follow=True``), a background thread preparing each as it commits, and
+probes read the version it serves. Until that thread has switched, a probe reads the version
+before the commit, so the reader waits, untimed, until it serves the commit, then probes: the
+wait, from the commit's end to the switch, is reported as ``switch_lag_s`` (how far such a
+reader's answers trail the newest commit).
 """
 
 from __future__ import annotations
@@ -31,27 +38,47 @@ from pathlib import Path
 import numpy as np
 
 from .configs import parse
+from .ebb_store import EbbStore
 from .machine import describe, ebb_commit
 from .run_config import make_store
 from .workloads import WORKLOADS
 
 
-def _reader(config: str, path: str, workload: str, updates: int, conn) -> None:
-    """The reader process: opens the store when told, then answers (key, at) with the seconds
-    and rows of that probe and of a probe of the next key."""
+FOLLOW = "+follow"
+SWITCH_WAIT_S = 10.0  # a following reader that has not switched to a commit by then has failed
+
+
+def _spec(store: str) -> tuple[str, bool]:
+    """(configuration, whether its reader follows new versions) of a ``--stores`` entry."""
+    return (store[:-len(FOLLOW)], True) if store.endswith(FOLLOW) else (store, False)
+
+
+def _reader(spec: str, path: str, workload: str, updates: int, conn) -> None:
+    """The reader process: opens the store when told, then answers (key, at, update, committed)
+    with the seconds and rows of a probe of that key and of the next key, and, if it follows,
+    the seconds from the commit's end (``time.monotonic``) until it served ``update``."""
+    config, follow = _spec(spec)
     w = WORKLOADS[workload].with_updates(updates)
     conn.recv()
-    store = make_store(parse(config), path, w)
+    store = make_store(parse(config), path, w, follow)
     store.open()  # ebb: an ArchiveReader of its own, its probes prepared (tools/ebb_store.py)
     conn.send("open")
     while (msg := conn.recv()) is not None:
-        key, at = msg
+        key, at, update, committed = msg
+        lag = None
+        if follow:  # untimed: until the switch, a probe would read the version before the commit
+            while (store.reader.followed_update_seq() or -1) < update:
+                if time.monotonic() - committed > SWITCH_WAIT_S:
+                    raise SystemExit(f"first_probe: {spec}'s follower did not serve update {update} "
+                                     f"within {SWITCH_WAIT_S:.0f} s of its commit")
+                time.sleep(0.0002)
+            lag = time.monotonic() - committed
         got = []
         for k in (key, (key + 1) % w.keys):
             t = time.perf_counter()
             rows = store.probe(k, at).rows
             got.append((time.perf_counter() - t, rows))
-        conn.send(got)
+        conn.send((got, lag))
     store.close()
 
 
@@ -60,14 +87,14 @@ def measure(config: str, workload: str, updates: int, root: Path) -> dict:
     w = WORKLOADS[workload].with_updates(updates)
     path = root / config.replace("/", "_")
     path.mkdir(parents=True)
-    store = make_store(parse(config), str(path), w)
+    store = make_store(parse(_spec(config)[0]), str(path), w)
     store.create()
     store.load(w.bulk(), w.time_of(0))
     ours, theirs = multiprocessing.get_context("spawn").Pipe()
     reader = multiprocessing.get_context("spawn").Process(target=_reader, args=(config, str(path), workload, updates, theirs))
     reader.start()
     theirs.close()  # the reader's end is the reader's: if it dies, ``recv`` here ends (EOFError)
-    first, after, rows, loads = [], [], [], []
+    first, after, rows, loads, lags = [], [], [], [], []
     try:
         ours.send("open")
         ours.recv()
@@ -75,13 +102,17 @@ def measure(config: str, workload: str, updates: int, root: Path) -> dict:
             batch = w.batch(j)
             t = time.perf_counter()
             store.load(batch, w.time_of(j))
+            committed = time.monotonic()
             loads.append(time.perf_counter() - t)
             del batch
-            ours.send((w.probe_key(j), w.time_of(j)))
-            (t1, r1), (t2, r2) = ours.recv()
+            update = store.update_seq() if isinstance(store, EbbStore) else None
+            ours.send((w.probe_key(j), w.time_of(j), update, committed))
+            ((t1, r1), (t2, r2)), lag = ours.recv()
             first.append(t1)
             after.append(t2)
             rows.append([r1, r2])
+            if lag is not None:
+                lags.append(lag)
         ours.send(None)
         reader.join(60)
     except (EOFError, BrokenPipeError):
@@ -92,8 +123,11 @@ def measure(config: str, workload: str, updates: int, root: Path) -> dict:
             reader.kill()
         store.close()
         shutil.rmtree(path, ignore_errors=True)
-    return {"first_p50_s": float(np.median(first)), "first_s": first, "next_p50_s": float(np.median(after)),
-            "next_s": after, "update_p50_s": float(np.median(loads)), "rows": rows}
+    got = {"first_p50_s": float(np.median(first)), "first_s": first, "next_p50_s": float(np.median(after)),
+           "next_s": after, "update_p50_s": float(np.median(loads)), "rows": rows}
+    if lags:
+        got.update(switch_lag_p50_s=float(np.median(lags)), switch_lag_s=lags)
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,14 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stores", default="NoRebuild2x2,sqlite,lmdb",
                    help="ebb configurations and peers that another process can read while one writes "
                         "(sqlite, lmdb, parquet; not duckdb or rocksdb), comma-separated "
-                        "(default NoRebuild2x2,sqlite,lmdb)")
+                        "(default NoRebuild2x2,sqlite,lmdb); an ebb configuration with +follow "
+                        "(D-ins4+follow) reads through a reader that follows new versions, as ebb serve does")
     p.add_argument("--dir", help="where the stores are built (default: a new directory under /tmp)")
     p.add_argument("--out", help="write the results as JSON to this file")
     args = p.parse_args(argv)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     for s in stores:
-        if parse(s).name in ("duckdb", "rocksdb"):
+        config, follow = _spec(s)
+        if parse(config).name in ("duckdb", "rocksdb"):
             p.error(f"{s}: this store cannot be read by another process while one writes it here")
+        if follow and parse(config).family == "peer":
+            p.error(f"{s}: {FOLLOW} is for ebb layouts, whose readers can follow new versions")
     root = Path(tempfile.mkdtemp(prefix="ebb-first-probe-", dir=args.dir or "/tmp"))
     results, machine = {}, describe(str(root), 0)
     try:
@@ -125,12 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {', '.join(wrong)} returned other rows than {stores[0]}", file=sys.stderr)
         return 1
     base = results["sqlite"] if "sqlite" in results else None
-    print(f"{'store':<16} {'first probe after commit':>26} {'next probe':>12} {'update':>10}")
+    print(f"{'store':<20} {'first probe after commit':>26} {'next probe':>12} {'update':>10} {'switch lag':>12}")
     for s in stores:
         r = results[s]
-        ratio = f" ({r['first_p50_s'] / base['first_p50_s']:.1f}x SQLite)" if base and s != "sqlite" else ""
-        print(f"{s:<16} {r['first_p50_s'] * 1e3:>10.3f} ms{ratio:<15} {r['next_p50_s'] * 1e3:>9.3f} ms "
-              f"{r['update_p50_s']:>8.3f} s")
+        ratio = f" ({r['first_p50_s'] / base['first_p50_s']:.2f}x SQLite)" if base and s != "sqlite" else ""
+        lag = f"{r['switch_lag_p50_s'] * 1e3:>9.2f} ms" if "switch_lag_p50_s" in r else f"{'-':>12}"
+        print(f"{s:<20} {r['first_p50_s'] * 1e3:>10.3f} ms{ratio:<16} {r['next_p50_s'] * 1e3:>9.3f} ms "
+              f"{r['update_p50_s']:>8.3f} s {lag}")
     if args.out:
         Path(args.out).write_text(json.dumps({"workload": args.workload, "updates": args.updates, "commit": ebb_commit(),
                                               "machine": machine, "stores": results}, indent=1))

@@ -99,14 +99,15 @@ class Job:
         return WORKLOADS[self.workload].with_updates(self.updates)
 
 
-def make_store(config: Config, path: str, workload: Workload) -> Store:
+def make_store(config: Config, path: str, workload: Workload, follow: bool = False) -> Store:
+    """The store of ``config``; ``follow``: ebb's reader follows new versions (tools/ebb_store.py)."""
     if config.family == "peer":
         from .peers import make_peer
 
         return make_peer(config.name, path, workload)
     from .ebb_store import EbbStore
 
-    return EbbStore(path, workload, config)
+    return EbbStore(path, workload, config, follow)
 
 
 class Recorder:
