@@ -551,6 +551,23 @@ def test_one_layout_section_names_each_measure_it_loses(tmp_path):
     assert "| probe cold p50 | 780 | rocksdb 730 | 1.07 | **behind** |" in section
     assert "| batch probe per key | 7.00 | sqlite 4.60 | 1.52 | **behind** |" in section
     assert "| scan | 0.06 | rocksdb 1.00 | 0.06 | ahead |" in section
+    assert "first probe after each commit" not in (docs / "benchmarks.md").read_text()  # no first_probe run published
+    # with a published first_probe run of the workload: the layout's first probe, following and
+    # not, against the fastest peer's first probe (lmdb here), every store's row shown
+    def fp(first, after, lag=None):
+        return {"first_p50_s": first, "next_p50_s": after, **({"switch_lag_p50_s": lag} if lag else {})}
+
+    (docs / "benchmarks" / "first-probe-many-keys.json").write_text(json.dumps({
+        "workload": "many-keys", "updates": 12, "commit": "0123456789ab", "machine": DISK, "stores": {
+            "D-ins4": fp(900e-6, 50e-6), "D-ins4+follow": fp(90e-6, 45e-6, 1.2e-3),
+            "sqlite": fp(120e-6, 20e-6), "lmdb": fp(100e-6, 25e-6)}}))
+    report.rewrite(docs)
+    section = (docs / "benchmarks.md").read_text().split("### many-keys: D-ins4's first probe after each commit", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    assert "0123456789ab" in section and "The fastest peer: lmdb." in section
+    assert "| D-ins4 | 900 | 50.0 | - | 9.00 | **behind** |" in section
+    assert "| D-ins4+follow | 90.0 | 45.0 | 1200 | 0.9 | ahead |" in section
+    assert "| sqlite | 120 | 20.0 | - | - | - |" in section
 
 
 def _periodic_run(out: Path, random_gain: float) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -48,7 +48,7 @@ FOLLOW = "+follow"
 SWITCH_WAIT_S = 10.0  # a following reader that has not switched to a commit by then has failed
 
 
-def _spec(store: str) -> tuple[str, bool]:
+def store_spec(store: str) -> tuple[str, bool]:
     """(configuration, whether its reader follows new versions) of a ``--stores`` entry."""
     return (store[:-len(FOLLOW)], True) if store.endswith(FOLLOW) else (store, False)
 
@@ -57,7 +57,7 @@ def _reader(spec: str, path: str, workload: str, updates: int, conn) -> None:
     """The reader process: opens the store when told, then answers (key, at, update, committed)
     with the seconds and rows of a probe of that key and of the next key, and, if it follows,
     the seconds from the commit's end (``time.monotonic``) until it served ``update``."""
-    config, follow = _spec(spec)
+    config, follow = store_spec(spec)
     w = WORKLOADS[workload].with_updates(updates)
     conn.recv()
     store = make_store(parse(config), path, w, follow)
@@ -87,7 +87,7 @@ def measure(config: str, workload: str, updates: int, root: Path) -> dict:
     w = WORKLOADS[workload].with_updates(updates)
     path = root / config.replace("/", "_")
     path.mkdir(parents=True)
-    store = make_store(parse(_spec(config)[0]), str(path), w)
+    store = make_store(parse(store_spec(config)[0]), str(path), w)
     store.create()
     store.load(w.bulk(), w.time_of(0))
     ours, theirs = multiprocessing.get_context("spawn").Pipe()
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     for s in stores:
-        config, follow = _spec(s)
+        config, follow = store_spec(s)
         if parse(config).name in ("duckdb", "rocksdb"):
             p.error(f"{s}: this store cannot be read by another process while one writes it here")
         if follow and parse(config).family == "peer":

@@ -33,6 +33,7 @@ from . import acceptance as acc
 from . import plots
 from .configs import Config, parse
 from .ebb_store import archive_config
+from .first_probe import FOLLOW, store_spec
 from .plan import Plan
 from .results import load_ops, read_machine
 from .workloads import WORKLOADS, Workload
@@ -888,7 +889,8 @@ def _one_layout_section(figdir: Path) -> str:
             "--scans-per-update 1`, docs/advisor.md). Per measure: the layout's median seconds (latency in µs), the fastest "
             "peer's, and layout / fastest peer (at most 1 = at or ahead of every peer). 'probe' is the first "
             "probe after each update, by an `ArchiveReader` of its own in the process that committed it (a "
-            "reader in another process pays more for it: `python -m ebb.tools.first_probe`, docs/io.md); "
+            "reader in another process, following new versions or not: the first-probe tables after the library "
+            "ones, from `python -m ebb.tools.first_probe`, and docs/io.md); "
             "'probe p50' and 'p99' are the same run's library-level latency: up to 2,000 probes of random keys "
             "after the last update, each timed alone, as in the latency sections below (a store whose probes "
             "took over 60 s in all stopped after the first 1,000 or more).\n\n")
@@ -924,7 +926,8 @@ def _one_layout_section(figdir: Path) -> str:
         if others:
             text += f"- Also run (in the workload table's columns): {', '.join(others)}.\n"
         text += "\n" + _workload_table(s) + "\n\n"
-    return text + _one_layout_library(figdir, sorted({json.loads((d / f"plan-{w}.json").read_text())["layout"] for w in runs}))
+    layouts = sorted({json.loads((d / f"plan-{w}.json").read_text())["layout"] for w in runs})
+    return text + _one_layout_library(figdir, layouts) + _one_layout_first_probe(figdir, layouts)
 
 
 # (library.json field, measure, how shown) of the one layout's library-level comparison
@@ -960,6 +963,43 @@ def _one_layout_library(figdir: Path, layouts: list[str]) -> str:
                  "probed side by side, the stores taking turns stretch by stretch, by processes that only read; "
                  "seconds, latency in µs.\n\n"
                  + _table(["measure", layout, "fastest peer", "layout / peer", "verdict"], rows) + "\n\n")
+    return text
+
+
+def _one_layout_first_probe(figdir: Path, layouts: list[str]) -> str:
+    """Each ``python -m ebb.tools.first_probe`` run published as docs/benchmarks/first-probe-W.json
+    that measured a one layout: its first probe after each commit by a reader in a process of its
+    own, not following and following new versions (LAYOUT+follow), against the fastest peer's."""
+    text = ""
+    for w in ORDER:
+        path = figdir / f"first-probe-{w}.json"
+        if not path.exists():
+            continue
+        run = json.loads(path.read_text())
+        stores = run["stores"]
+        peers = {n: r for n, r in stores.items() if parse(store_spec(n)[0]).family == "peer"}
+        for layout in [x for x in layouts if x in stores and peers]:
+            p = min(peers, key=lambda n: peers[n]["first_p50_s"])
+            best, rows = peers[p]["first_p50_s"], []
+            for n in (layout, layout + FOLLOW):
+                if n not in stores:
+                    continue
+                r = stores[n]
+                ratio = r["first_p50_s"] / best
+                rows.append([n, _us(r["first_p50_s"]), _us(r["next_p50_s"]), _us(r.get("switch_lag_p50_s", float("nan"))),
+                             _f(ratio), "ahead" if ratio <= 1.0 else "**behind**"])
+            rows += [[n, _us(peers[n]["first_p50_s"]), _us(peers[n]["next_p50_s"]), "-", "-", "-"] for n in peers]
+            text += (f"### {w}: {layout}'s first probe after each commit, the reader in another process\n\n"
+                     f"`python -m ebb.tools.first_probe --workload {w} --updates {run['updates']}` (commit "
+                     f"`{run.get('commit', '-')}`, {_machine_of(run.get('machine', {}))}): the loader in one process, "
+                     "each store's reader in another, which probes the update's key after each commit (timed, median "
+                     "µs) and then the next key. The layout's reader does not follow new versions, so its first probe "
+                     f"prepares the commit's version; with {FOLLOW} it follows them, as `ebb serve` does, and waits, "
+                     "untimed, until its follower serves the commit (the switch lag: from the loader's return to "
+                     "the switch) before it probes. Every store returned as many rows for each key. The fastest "
+                     f"peer: {p}.\n\n"
+                     + _table(["store", "first probe after commit", "the probe after it", "switch lag",
+                               "first / fastest peer's", "verdict"], rows) + "\n\n")
     return text
 
 
