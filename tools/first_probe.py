@@ -20,8 +20,9 @@ An ebb layout named ``LAYOUT+follow`` reads as ``ebb serve`` does: its ``Archive
 follows new versions (``follow=True``), a background thread preparing each as it commits, and
 probes read the version it serves. Until that thread has switched, a probe reads the version
 before the commit, so the reader waits, untimed, until it serves the commit, then probes: the
-wait, from the commit's end to the switch, is reported as ``switch_lag_s`` (how far such a
-reader's answers trail the newest commit).
+wait, from the loader's return to the switch, is reported as ``switch_lag_s`` (how far such a
+reader's answers trail the newest commit, less the moment between the commit becoming visible
+and the loader returning).
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ def store_spec(store: str) -> tuple[str, bool]:
 def _reader(spec: str, path: str, workload: str, updates: int, conn) -> None:
     """The reader process: opens the store when told, then answers (key, at, update, committed)
     with the seconds and rows of a probe of that key and of the next key, and, if it follows,
-    the seconds from the commit's end (``time.monotonic``) until it served ``update``."""
+    the seconds from the loader's return (``time.monotonic``) until it served ``update``."""
     config, follow = store_spec(spec)
     w = WORKLOADS[workload].with_updates(updates)
     conn.recv()
     store = make_store(parse(config), path, w, follow)
-    store.open()  # ebb: an ArchiveReader of its own, its probes prepared (tools/ebb_store.py)
+    store.open()  # ebb: an ArchiveReader of its own, its probes prepared or followed (tools/ebb_store.py)
     conn.send("open")
     while (msg := conn.recv()) is not None:
         key, at, update, committed = msg
