@@ -20,9 +20,11 @@ import atexit
 import ctypes
 import ctypes.util
 import fcntl
+import functools
 import mmap
 import os
 import re
+import resource
 import secrets
 import threading
 import time
@@ -34,7 +36,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from .errors import CorruptionError, DataIOError, LockHeld
-from .tuning import DROP_STEP_BYTES as DROP_STEP, MAP_RESIDENT_BYTES, OPEN_FILES, RELEASE_DELAY_S
+from .tuning import DROP_STEP_BYTES as DROP_STEP, MAP_RESIDENT_BYTES, OPEN_FILES_MAX, OPEN_FILES_MIN, RELEASE_DELAY_S
 
 MARKER = "EBB"  # identifies an archive directory; holds the format version
 LOCK = "LOCK"  # flock'd by the one process that may update the archive
@@ -415,15 +417,35 @@ class _Releaser:
 RELEASER = _Releaser()
 
 
+@functools.cache
+def open_files_limit() -> int:
+    """How many run files a process keeps open: half its soft descriptor limit, first raised
+    toward the hard limit (no privilege needed; once per process), between OPEN_FILES_MIN and
+    OPEN_FILES_MAX. Where the hard limit allows no more, 512 as before."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * OPEN_FILES_MAX
+    if soft != resource.RLIM_INFINITY and soft < want:
+        target = want if hard == resource.RLIM_INFINITY else min(hard, want)
+        if target > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (ValueError, OSError):  # a sandbox that forbids it: keep what there is
+                pass
+    half = OPEN_FILES_MAX if soft == resource.RLIM_INFINITY else soft // 2
+    return max(OPEN_FILES_MIN, min(OPEN_FILES_MAX, half))
+
+
 class OpenFiles:
     """Open run files, kept and reused (a run file's live blocks never change once written, and
-    names are never reused). At most ``limit`` stay open, and ``retain`` lets go of the runs a
-    new version replaced, so that a long-running process does not keep deleted files (and
-    their disk space) alive. A file let go of closes once no read in flight uses it."""
+    names are never reused). At most ``limit`` stay open (``open_files_limit``), and ``retain``
+    lets go of the runs a new version replaced, so that a long-running process does not keep
+    deleted files (and their disk space) alive. A file let go of closes once no read in flight
+    uses it."""
 
-    def __init__(self, data_dir: str, limit: int = OPEN_FILES):
+    def __init__(self, data_dir: str, limit: int | None = None):
         self.data_dir = data_dir
-        self.limit = limit
+        self.limit = open_files_limit() if limit is None else limit
         self._open: OrderedDict[tuple[str, str], ReadSource | MappedSource] = OrderedDict()
         self._lock = threading.Lock()  # the Flight server reads in threads
 

@@ -32,9 +32,14 @@ WHOLE_RANGE_BYTES = 8 << 20
 # A streamed range gathers its sorted rows into output batches of about this size, not one per merge
 # round (a round may emit a handful of rows, and every batch has a fixed cost downstream).
 RANGE_OUT_BYTES = 1 << 20
-# Run files a process keeps open (files.OpenFiles): below the usual soft limit of 1024 descriptors with
-# room for sockets and LMDB; the native point probe, which maps its runs all at once, takes at most half.
-OPEN_FILES = 512
+# Run files a process keeps open (files.OpenFiles, files.open_files_limit): half the process's descriptor
+# limit, which ebb raises toward its hard limit first, as Go's runtime does, between these two. The native
+# point probe maps every run of a version at once and takes at most half of them; a version with more runs
+# (many sub-indices, a long NoRebuild history) is probed by the planned read, about 25x slower (a D-exp25
+# thesis-small archive of 310 runs: 108 ms against 4.3 ms). 512 fits the usual soft limit of 1024 with room
+# for sockets and LMDB; 8192 maps stay far below vm.max_map_count's default of 65530.
+OPEN_FILES_MIN = 512
+OPEN_FILES_MAX = 8192
 # A replaced version's maps are unmapped this much at a time (files.MappedSource.drop_pages): each step
 # holds the process's memory-map lock, which every page fault of every other thread waits for.
 DROP_STEP_BYTES = 2 << 20

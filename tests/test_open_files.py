@@ -317,3 +317,33 @@ def test_a_reader_maps_in_the_runs_a_commit_wrote_before_its_next_probe(tmp_path
     finally:
         reader.close()
         writer.close()
+
+
+def _limits_in_a_process(soft: int, hard: int) -> tuple[int, int]:
+    """(OpenFiles' default limit, the soft descriptor limit after) in a new process started
+    with descriptor limits (soft, hard)."""
+    import resource
+
+    code = ("import resource; from ebb.storage.files import OpenFiles; "
+            "print(OpenFiles('.').limit, resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+    limit, after = out.stdout.split()
+    return int(limit), int(after)
+
+
+def test_the_open_files_limit_raises_the_descriptor_limit_toward_the_hard_one():
+    """The native probe maps every run of a version at once, up to half the open-files limit:
+    a process started with the usual soft limit of 1024 raises it (to 16,384 where the hard
+    limit allows) and keeps half of it for run files; where the hard limit is 1024 too, 512."""
+    import resource
+
+    from ebb.storage.tuning import OPEN_FILES_MAX, OPEN_FILES_MIN
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the hard descriptor limit here is {hard}")
+    raised = 2 * OPEN_FILES_MAX if hard == resource.RLIM_INFINITY else min(hard, 2 * OPEN_FILES_MAX)
+    assert _limits_in_a_process(1024, hard) == (min(OPEN_FILES_MAX, raised // 2), raised)
+    assert _limits_in_a_process(1024, 1024) == (OPEN_FILES_MIN, 1024)
+    assert _limits_in_a_process(256, 256) == (OPEN_FILES_MIN, 256)  # as before: 512, whatever the limit
