@@ -11,13 +11,14 @@ import json
 import subprocess
 import sys
 
-from ebb.tools.library_bench import STRING_SUFFIX, entries
+from ebb.tools.library_bench import BATCH_ROUNDS, STRING_SUFFIX, entries
 
 STORE_FIELDS = (
     "config", "keys", "bulk_s", "update_s", "update_median_s", "disk_bytes", "open_s",
     "probes", "probe_p50_s", "probe_p99_s", "probe_mean_s", "probe_max_s", "probe_rows", "probe_seq_sum",
     "probe_passes", "probe_pass_p50_s", "probe_pass_p99_s", "probe_pass_answers",
-    "batch_keys", "batch_s", "batch_runs_s", "batch_per_key_s", "batch_rows", "batch_seq_sum", "batch_speedup",
+    "batch_keys", "batch_s", "batch_runs_s", "batch_per_key_s", "batch_rows", "batch_seq_sum", "batch_answers",
+    "batch_speedup",
     "loop_s", "loop_per_key_s", "loop_rows", "loop_seq_sum",
     "scan_s", "scan_runs_s", "scan_rows", "scan_seq_sum",
     "cold_probes", "cold_p50_s", "cold_probe_s", "cold_rows", "cold_seq_sum", "cold_note",
@@ -62,6 +63,9 @@ def test_library_bench_tiny(tmp_path):
         assert min(each) <= s["probe_p50_s"] <= max(each) and max(s["probe_pass_p99_s"]) <= s["probe_max_s"], label
         assert s["probe_pass_answers"][0] == s["probe_pass_answers"][1] == [s["probe_rows"], s["probe_seq_sum"]]
         assert s["batch_keys"] == r["batch"] > 0 and s["batch_s"] == min(s["batch_runs_s"])
+        # the batch, timed in each pass's rounds (the stores taking turns), answered alike every time
+        assert len(s["batch_runs_s"]) == len(s["batch_answers"]) == 2 * BATCH_ROUNDS, label
+        assert all(a == [s["batch_rows"], s["batch_seq_sum"]] for a in s["batch_answers"]), label
         if cold:
             assert s["cold_probes"] == 2 and s["cold_p50_s"] > 0, label
         else:
